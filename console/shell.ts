@@ -12,6 +12,7 @@ import type { Db } from "../server/db/sql.ts";
 import type { CursorPosition } from "../server/http/list-query.ts";
 import { bodyFingerprint, saveIdempotentResponse, type IdempotencyScope } from "../server/idempotency/service.ts";
 import { MAX_FORM_BYTES } from "../server/limits/limits.ts";
+import { MakerGone } from "../server/auth/service.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
@@ -176,8 +177,10 @@ const ERROR_TITLES: Record<number, string> = {
 /** errorAnswer turns a problem into the page explaining it, or problem+json for the JSON endpoints. */
 function errorAnswer(error: ProblemError, request: Request, session: ConsoleSession | null): Response {
   const path = new URL(request.url).pathname;
-  if (error instanceof SignInRequired && !path.startsWith(`${CONSOLE_PREFIX}/api/`)) {
-    return redirect(`${CONSOLE_PREFIX}/login${error.next ? `?next=${encodeURIComponent(error.next)}` : ""}`);
+  // An operator removed while their request ran (MakerGone) is signed out by then, as their next request finds.
+  if ((error instanceof SignInRequired || error instanceof MakerGone) && !path.startsWith(`${CONSOLE_PREFIX}/api/`)) {
+    const next = error instanceof SignInRequired ? error.next : undefined;
+    return redirect(`${CONSOLE_PREFIX}/login${next ? `?next=${encodeURIComponent(next)}` : ""}`);
   }
   if (path.startsWith(`${CONSOLE_PREFIX}/api/`)) return problemJsonResponse(error.toProblem(), error.headers);
   return htmlResponse(messagePage({ session, title: ERROR_TITLES[error.status] ?? "Something went wrong", text: error.message }), error.status, { headers: error.headers });
@@ -259,9 +262,9 @@ export function signedInConsole(rt: Runtime) {
   });
 }
 
-/** problemOf rethrows anything that is not a problem; a route uses it to show a form again with the problem's message. */
+/** problemOf rethrows anything that is not a problem, and a removed operator's MakerGone (answered by sending to sign in); a route uses it to show a form again with the problem's message. */
 export function problemOf(error: unknown, ...statuses: number[]): ProblemError {
-  if (error instanceof ProblemError && (statuses.length === 0 || statuses.includes(error.status))) return error;
+  if (error instanceof ProblemError && !(error instanceof MakerGone) && (statuses.length === 0 || statuses.includes(error.status))) return error;
   throw error;
 }
 

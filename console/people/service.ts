@@ -19,11 +19,11 @@ import type { ConsoleSession } from "../model.ts";
 import type { MakerNames } from "../pages/made-by.tsx";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
-/** createTokenFromForm creates an API token named in the console, made by the signed-in operator; the token is returned once. */
+/** createTokenFromForm creates an API token named in the console, made by the signed-in operator, in a write that refuses it if they were removed since (MakerGone); the token is returned once. */
 export function createTokenFromForm(db: Database, operator: Operator, name: string): Promise<{ token: string; info: ApiTokenInfo }> {
   const fault = checkTokenName(name);
   if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
-  return createApiToken(db, name.trim(), Date.now(), null, madeByOperator(operator));
+  return db.write((tx) => createApiToken(tx, name.trim(), Date.now(), null, madeByOperator(operator)));
 }
 
 /** makerNames reads what names the makers of tokens and subscriptions (MadeByText): the operators there are now and every API token. */
@@ -160,7 +160,7 @@ export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSessio
   const { body, replayed } = await changeOnceForForm(rt, form, async (tx, now) => {
     const operator = await dropOperator(tx, id);
     const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
-    const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator, requestId, now) : [];
+    const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, requestId, now) : [];
     return { removed: operator.id, tokens_revoked: revoked, subscriptions_disabled: disabled };
   });
   // An answer kept by an earlier version holds neither list.

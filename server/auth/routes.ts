@@ -7,11 +7,11 @@ import { requestSlot } from "../http/request-slot.ts";
 import { WRITE_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
 import { ProblemError } from "../shared/problem.ts";
-import { checkBearer, type AuthenticatedToken, type BearerCheck } from "./service.ts";
+import { BEARER_CHALLENGE, checkBearer, type AuthenticatedToken, type BearerCheck } from "./service.ts";
 
 /** unauthorized is the 401 problem, with the WWW-Authenticate challenge and any extra headers. */
 export function unauthorized(detail: string, headers: Record<string, string> = {}): ProblemError {
-  return new ProblemError(401, "unauthorized", detail, undefined, { "www-authenticate": 'Bearer realm="crm"', ...headers });
+  return new ProblemError(401, "unauthorized", detail, undefined, { ...BEARER_CHALLENGE, ...headers });
 }
 
 const authenticated = requestSlot<AuthenticatedToken>("token");

@@ -2,7 +2,9 @@ import type { Database, Db } from "../db/sql.ts";
 import { makeRoom, MAX_TRACKED_KEYS, type TokenRate } from "../limits/rate-limiter.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
+import { findOperatorById } from "../operators/store.ts";
 import { madeByColumns, madeByOf, type MadeBy } from "../shared/made-by.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { codePointName } from "../shared/text.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import { findActiveTokensByPrefix, findApiTokenById, findApiTokenRate, insertApiToken, listApiTokens, markTokenRevoked, markTokensMadeByRevoked, touchTokenLastUsed, type ApiTokenRow } from "./store.ts";
@@ -19,6 +21,36 @@ export interface ApiTokenInfo {
   revoked_at: string | null;
   /** who made it: an operator on the console, or the command line; null when made before migration 0047 */
   made_by: MadeBy | null;
+}
+
+/** BEARER_CHALLENGE is the WWW-Authenticate header of every 401 the API answers. */
+export const BEARER_CHALLENGE = { "www-authenticate": 'Bearer realm="crm"' };
+
+/** TOKEN_REFUSED is the 401's detail for a token presented that no active token matches. */
+const TOKEN_REFUSED = "The API token is unknown or revoked.";
+
+/**
+ * MakerGone refuses, inside its write, what a maker was making when it stopped standing since its
+ * request was let in (an API token revoked, an operator removed, by an operator's removal in that
+ * moment): the write rolls back, nothing is made, and the request is answered as the maker's next
+ * one: 401 as for a revoked token (the console sends the browser to sign in).
+ */
+export class MakerGone extends ProblemError {
+  constructor(readonly madeBy: MadeBy) {
+    super(401, "unauthorized", madeBy.kind === "api_token" ? TOKEN_REFUSED : "The operator who sent this was removed from the console; nothing was made.", undefined, madeBy.kind === "api_token" ? BEARER_CHALLENGE : {});
+  }
+}
+
+/**
+ * checkMakerStands throws MakerGone, inside the write that stores what `madeBy` made, when that
+ * maker no longer stands: the API token is revoked, the operator removed. Read in the write, it
+ * sees a removal that committed while the request ran (its target's name lookup, its turn for the
+ * write), which otherwise would leave what the request makes active, by a maker it meant to stop.
+ */
+export async function checkMakerStands(tx: Db, madeBy: MadeBy | null): Promise<void> {
+  if (madeBy === null || madeBy.kind === "command_line") return;
+  const stands = madeBy.kind === "api_token" ? (await findApiTokenById(tx, madeBy.id))?.revoked_at === null : (await findOperatorById(tx, madeBy.id)) !== null;
+  if (!stands) throw new MakerGone(madeBy);
 }
 
 export interface AuthenticatedToken {
@@ -64,9 +96,11 @@ function toInfo(row: ApiTokenRow): ApiTokenInfo {
 /**
  * createApiToken makes a new random token, stores only its hash and who made it (null: not known,
  * as for a token made before migration 0047), and returns the token once. A rate overrides the
- * server's default rate limits for this token.
+ * server's default rate limits for this token. A maker that may be removed meanwhile (an
+ * operator) is checked (checkMakerStands): give `db` as the write's transaction then.
  */
 export async function createApiToken(db: Db, name: string, now = Date.now(), rate: TokenRate | null = null, madeBy: MadeBy | null = null): Promise<{ token: string; info: ApiTokenInfo }> {
+  await checkMakerStands(db, madeBy);
   const token = `crm_${randomTokenSecret()}`;
   const row = { id: newId("tok", now), name, prefix: token.slice(0, PREFIX_LENGTH), token_hash: sha256(token), created_at: now, ...(madeBy ? madeByColumns(madeBy) : { created_by: null, created_by_email: null }) };
   await insertApiToken(db, {
@@ -251,6 +285,6 @@ async function authenticatedOrWhyNot(db: Database, header: string | null, presen
       ? "Send an API token in the Authorization header: Authorization: Bearer <token>."
       : presented === null
         ? "The Authorization header must use the Bearer scheme: Authorization: Bearer <token>."
-        : "The API token is unknown or revoked.",
+        : TOKEN_REFUSED,
   };
 }

@@ -1,3 +1,4 @@
+import { checkMakerStands } from "../auth/service.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
@@ -170,8 +171,9 @@ export async function createSubscription(rt: Runtime, input: SubscriptionInput, 
   return rt.db.write((tx) => addSubscription(rt, tx, input, madeBy, idempotency));
 }
 
-/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422. */
+/** addSubscription stores a subscription whose target was checked, with a new secret and who made it, inside the caller's write; past the cap it throws 422, and MakerGone when its maker was removed or revoked since the request began (checkMakerStands). */
 export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionInput, madeBy: MadeBy, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+  await checkMakerStands(tx, madeBy);
   // Counted inside the write, so concurrent creates cannot pass the cap together.
   if (await countSubscriptions(tx, undefined) >= MAX_SUBSCRIPTIONS) {
     throw validationProblem([{ pointer: "", detail: `the service already has ${MAX_SUBSCRIPTIONS} webhook subscriptions, the limit; delete one first` }], "Too many webhook subscriptions.");
@@ -331,16 +333,18 @@ export interface DisabledWithMaker {
 
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
- * active subscription `operator` made or that was created with an API token they made, each with
+ * active subscription operator `operatorId` made or that was created with an API token they made, each with
  * its subscription.disabled event made by request `requestId`; call subscriptionsDisabled with
  * what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operator: { id: string; email: string }, requestId: string, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string, now: number): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
-  for (const row of await listSubscriptionsMadeBy(tx, operator.id)) {
+  for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
-    const made = row.created_by === operator.id ? "it" : "the API token it was created with";
-    const reason = `${MAKER_REMOVED_REASON} ${made}, ${operator.email}, was removed from the console; enable it if it is still wanted`;
+    const made = row.created_by === operatorId ? "it" : "the API token it was created with";
+    // Named by no one: every API token reads the reason, and receivers outside get it in
+    // subscription.disabled; the console's "Made by" says who, to operators only.
+    const reason = `${MAKER_REMOVED_REASON} ${made} was removed from the console; enable it if it is still wanted`;
     disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, requestId) });
   }
   return disabled;

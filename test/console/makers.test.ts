@@ -1,7 +1,10 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { databaseArgs } from "../support/backend.ts";
-import { afterBlockingCommand, createHarness, type Harness } from "../support/harness.ts";
+import type { Config } from "../../server/config.ts";
+import type { Database } from "../../server/db/sql.ts";
+import { afterBlockingCommand, createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
+import { startReceiver, waitFor } from "../webhooks/support.ts";
 import { addOperator, ConsoleClient, formKeyOf, OPERATOR } from "./support.ts";
 
 // Who made each API token and webhook subscription (migration 0047), so that removing an operator
@@ -16,9 +19,9 @@ afterEach(async () => {
 
 const COLLEAGUE = { email: "colleague@example.com", password: "another long password" };
 
-/** setup starts an app (receivers on 127.0.0.1 allowed) with two operators, a console client signed in as each. */
-async function setup() {
-  harness = await createHarness({ allowPrivateTargets: true });
+/** setup starts an app (receivers on 127.0.0.1 allowed, unless `config` says otherwise) with two operators, a console client signed in as each. */
+async function setup(config: Partial<Config> = { allowPrivateTargets: true }, options: HarnessOptions = {}) {
+  harness = await createHarness(config, options);
   const h = harness;
   const ops = await addOperator(h.rt.db);
   const colleague = await addOperator(h.rt.db, COLLEAGUE);
@@ -174,8 +177,8 @@ describe("removing an operator", () => {
       { name: "from a shell", revoked: false },
     ]);
     expect(await subscriptionStates(h)).toEqual([
-      { description: "theirs", status: "disabled", disabled_reason: `the operator who made it, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
-      { description: "with-their-token", status: "disabled", disabled_reason: `the operator who made the API token it was created with, ${COLLEAGUE.email}, was removed from the console; enable it if it is still wanted` },
+      { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
+      { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
       { description: "mine", status: "active", disabled_reason: null },
       { description: "over-the-api", status: "active", disabled_reason: null },
     ]);
@@ -187,6 +190,46 @@ describe("removing an operator", () => {
     // Sent again (a double click), the confirmation answers as the first did.
     const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
+  });
+
+  test("the disable names no operator: its reason, in the subscriptions' JSON, the deliveries and the subscription.disabled a receiver gets, leaves out the removed operator's email, which the console's Made by still shows", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    // An on-call system outside, told of every disable.
+    const receiver = startReceiver();
+    try {
+      const watcher = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: receiver.url, events: ["subscription.disabled"] } });
+      expect(watcher.status).toBe(201);
+      h.rt.deliveries.start();
+      const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
+      expect((await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), disable_subscriptions: "yes" })).status).toBe(303);
+      await waitFor(() => receiver.received.length >= 2, "the receiver to get both subscription.disabled");
+      const sent = receiver.received.map((r) => r.json.data).sort((a, b) => (a.subscription_id < b.subscription_id ? -1 : 1));
+      const disabled = (id: string, path: string, made: string) => ({
+        subscription_id: id,
+        target_url: `http://127.0.0.1:9/${path}`,
+        description: path,
+        reason: `the operator who made ${made} was removed from the console; enable it if it is still wanted`,
+        disabled_at: expect.any(String),
+        failing_since: null,
+        pending_deliveries_failed: 0,
+      });
+      expect(sent).toEqual([disabled(made.theirs, "theirs", "it"), disabled(made.withTheirToken, "with-their-token", "the API token it was created with")]);
+
+      // Any API token reads these: the subscriptions, the deliveries and the bodies they send.
+      const deliveries = (await h.json("GET", `/public/v1/webhook-deliveries?subscription_id=${watcher.body.data.id}`)).body.data as { id: string }[];
+      expect(deliveries.length).toBe(2);
+      const paths = [`/public/v1/webhook-subscriptions/${made.theirs}`, `/public/v1/webhook-subscriptions/${made.withTheirToken}`, "/public/v1/webhook-subscriptions", "/public/v1/webhook-deliveries", ...deliveries.map((d) => `/public/v1/webhook-deliveries/${d.id}`)];
+      const answers = await Promise.all(paths.map(async (path) => ({ path, text: await (await h.request("GET", path)).text() })));
+      expect(answers.filter((answer) => answer.text.includes(COLLEAGUE.email)).map((answer) => answer.path)).toEqual([]);
+      expect(receiver.received.filter((r) => r.body.includes(COLLEAGUE.email))).toEqual([]);
+      // The console, which only operators read, still says whose it was.
+      const madeBy = /<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${made.theirs}`)).text)![1]!;
+      expect(textOf(madeBy)).toBe(`Made by ${COLLEAGUE.email} (removed)`);
+    } finally {
+      await h.rt.deliveries.stop(0);
+      await receiver.stop();
+    }
   });
 
   test("unticked, the removal leaves what they made as it was: their token still works and their subscriptions stay active", async () => {
@@ -217,5 +260,120 @@ describe("removing an operator", () => {
     expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toEqual({ email: COLLEAGUE.email });
     expect(await contactsWith(h, made.token)).toBe(200);
     expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+  });
+});
+
+/** gate is a promise opened by hand, for holding a request at a chosen point. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+/** heldLookups is a name resolver (every name a public address; the delivery loop never runs, so nothing is sent there) whose next lookup `hold` keeps waiting until released. */
+function heldLookups() {
+  let held: { reached: () => void; released: Promise<void> } | null = null;
+  const resolve = async (_host: string) => {
+    const lookup = held;
+    held = null;
+    if (lookup) {
+      lookup.reached();
+      await lookup.released;
+    }
+    return ["93.184.216.34"];
+  };
+  return {
+    network: { resolve },
+    hold() {
+      const reached = gate();
+      const released = gate();
+      held = { reached: reached.open, released: released.opened };
+      return { reached: reached.opened, release: released.open };
+    },
+  };
+}
+
+/** holdNextSessionRead keeps the next console request waiting once it has read its session (signed in), until released: it stands between its sign-in check and what it does. */
+function holdNextSessionRead(db: Database) {
+  const get = db.get;
+  const reached = gate();
+  const released = gate();
+  db.get = (async (sql: string, params?: readonly unknown[]) => {
+    const row = await get.call(db, sql, params as never);
+    if (!sql.includes("FROM operator_sessions")) return row;
+    db.get = get;
+    reached.open();
+    await released.opened;
+    return row;
+  }) as typeof db.get;
+  return { reached: reached.opened, release: released.open };
+}
+
+/** removeColleague removes them on the console with the confirmation's `boxes` ticked. */
+async function removeColleague(client: ConsoleClient, id: string, boxes: Record<string, string> = {}) {
+  const confirm = await client.get(`/console/operators/${id}/remove`);
+  expect((await client.post(`/console/operators/${id}/remove`, { form_key: formKeyOf(confirm.text), ...boxes })).status).toBe(303);
+}
+
+describe("what an operator makes while being removed", () => {
+  test("a subscription their API token is creating (its target's name being looked up) when the removal revokes the token is refused as the token's next request is, 401, and not stored", async () => {
+    const lookups = heldLookups();
+    const { h, client, other, colleague } = await setup({}, { network: lookups.network });
+    const token = await tokenOnConsole(other, "colleague's bot");
+    const create = () => h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://slow-dns.example.net/hook", events: ["contact.deleted"] }, headers: { authorization: `Bearer ${token}` } });
+    const held = lookups.hold();
+    const creating = create();
+    await held.reached;
+    await removeColleague(client, colleague.id, { revoke_tokens: "yes", disable_subscriptions: "yes" });
+    held.release();
+    const created = await creating;
+    const next = await create();
+    expect(next.status).toBe(401);
+    expect([created.status, created.body, created.headers.get("www-authenticate")]).toEqual([401, next.body, next.headers.get("www-authenticate")]);
+    expect(await subscriptionMakers(h)).toEqual([]);
+  });
+
+  test("a subscription they are creating on the console (its target's name being looked up) when they are removed is not stored: the form is answered as a signed-out one, sent to sign in", async () => {
+    const lookups = heldLookups();
+    const { h, client, other, colleague } = await setup({}, { network: lookups.network });
+    const page = await other.get("/console/subscriptions");
+    const held = lookups.hold();
+    const creating = other.post("/console/subscriptions", { form_key: formKeyOf(page.text), target_url: "https://slow-dns.example.net/theirs", description: "theirs", events: ["contact.deleted"], max_rate: "" });
+    await held.reached;
+    // Unticked: the removal disables nothing, yet what a removed operator was making is not made.
+    await removeColleague(client, colleague.id);
+    held.release();
+    const created = await creating;
+    expect([created.status, created.headers.get("location")]).toEqual([303, "/console/login"]);
+    expect(await subscriptionMakers(h)).toEqual([]);
+  });
+
+  test("a rotation's new subscription they are creating on the console when they are removed is not stored: sent to sign in, the old subscription left alone", async () => {
+    const lookups = heldLookups();
+    const { h, client, other, colleague } = await setup({}, { network: lookups.network });
+    const old = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "https://hooks.example.net/old", description: "old", events: ["contact.deleted"] } });
+    expect(old.status).toBe(201);
+    await other.get(`/console/rotations/new?from=${old.body.data.id}`);
+    const held = lookups.hold();
+    const rotating = other.post("/console/rotations", { from: old.body.data.id, target_url: "https://slow-dns.example.net/new", description: "new", events: ["contact.deleted"], max_rate: "" });
+    await held.reached;
+    await removeColleague(client, colleague.id);
+    held.release();
+    const rotated = await rotating;
+    expect([rotated.status, rotated.headers.get("location")]).toEqual([303, "/console/login"]);
+    expect(await subscriptionMakers(h)).toEqual([{ description: "old", created_by: await tokenIdOf(h, "test"), created_by_email: null }]);
+  });
+
+  test("an API token they are creating on the tokens page when they are removed is not stored: the form is answered as a signed-out one, sent to sign in", async () => {
+    const { h, client, other, colleague } = await setup();
+    await other.get("/console/tokens");
+    const held = holdNextSessionRead(h.rt.db);
+    const creating = other.post("/console/tokens", { name: "made in the removal's moment" });
+    await held.reached;
+    await removeColleague(client, colleague.id, { revoke_tokens: "yes" });
+    held.release();
+    const created = await creating;
+    expect([created.status, created.headers.get("location")]).toEqual([303, "/console/login"]);
+    expect(await tokenMakers(h)).toEqual([{ name: "test", created_by: null, created_by_email: null }]);
   });
 });

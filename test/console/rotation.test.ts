@@ -4,7 +4,7 @@ import type { ConsoleSession } from "../../console/model.ts";
 import { finishRotation, rotationView, sendRotationTest, startRotation } from "../../console/subscriptions/service.ts";
 import { setRotationTestDelivery } from "../../console/subscriptions/store.ts";
 import { disableSubscription, setSubscriptionPaused } from "../../server/webhooks/store.ts";
-import { startReceiver, TEST_OPERATOR, waitFor, type Receiver } from "../webhooks/support.ts";
+import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
 import { addOperator, launchBrowser, refusedConfirmation, seedDeliveries, shoot, signInWithBrowser, startConsoleServer, verifyingReceiver, watchPage, type ConsoleServer } from "./support.ts";
 
 // The rotation wizard end to end, against two real receivers that verify signatures with their own secret.
@@ -171,7 +171,7 @@ describe("rotation wizard", () => {
 
   test("a test event refused because the new subscription is disabled comes back to the wizard (409) saying what to do in the console, not the API's route, and sends nothing", async () => {
     const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/stopped-old", events: ["contact.created"] })).data;
-    const { id } = await startRotation(server.runtime, TEST_OPERATOR, old.id, { target_url: "http://127.0.0.1:9/stopped-new", description: "Stopped replacement", events: ["contact.created"] }, "req-test");
+    const { id } = await startRotation(server.runtime, session.operator, old.id, { target_url: "http://127.0.0.1:9/stopped-new", description: "Stopped replacement", events: ["contact.created"] }, "req-test");
     await page.goto(url(`/console/rotations/${id}`));
     await server.runtime.db.write((tx) => disableSubscription(tx, id, "every attempt failed", Date.now()));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
@@ -186,7 +186,7 @@ describe("rotation wizard", () => {
 
   test("a test event to the new subscription paused meanwhile is not sent to wait for its resume: the wizard comes back (409) saying to resume it first", async () => {
     const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/held-old", events: ["contact.created"] })).data;
-    const { id } = await startRotation(server.runtime, TEST_OPERATOR, old.id, { target_url: "http://127.0.0.1:9/held-new", description: "Held replacement", events: ["contact.created"] }, "req-test");
+    const { id } = await startRotation(server.runtime, session.operator, old.id, { target_url: "http://127.0.0.1:9/held-new", description: "Held replacement", events: ["contact.created"] }, "req-test");
     await page.goto(url(`/console/rotations/${id}`));
     await server.runtime.db.write((tx) => setSubscriptionPaused(tx, id, Date.now(), Date.now()));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
@@ -206,7 +206,7 @@ describe("rotation wizard", () => {
     const ids: string[] = [];
     for (let n = 0; n < 20; n++) {
       const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `http://127.0.0.1:9/finished-old-${n}`, events: ["contact.created"] })).data;
-      const { id } = await startRotation(runtime, TEST_OPERATOR, old.id, { target_url: `http://127.0.0.1:9/finished-new-${n}`, description: "", events: ["contact.created"] }, "req-test");
+      const { id } = await startRotation(runtime, session.operator, old.id, { target_url: `http://127.0.0.1:9/finished-new-${n}`, description: "", events: ["contact.created"] }, "req-test");
       const [tested] = await seedDeliveries(runtime.db, { id, target_url: `http://127.0.0.1:9/finished-new-${n}` }, [{ at: Date.now(), status: "succeeded" }]);
       await setRotationTestDelivery(runtime.db, id, tested!, Date.now());
       ids.push(id);
@@ -238,7 +238,7 @@ describe("rotation wizard", () => {
     const { runtime } = server;
     const { db } = runtime;
     const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/unrecorded-old", events: ["contact.created"] })).data;
-    const { id } = await startRotation(runtime, TEST_OPERATOR, old.id, { target_url: "http://127.0.0.1:9/unrecorded-new", description: "", events: ["contact.created"] }, "req-test");
+    const { id } = await startRotation(runtime, session.operator, old.id, { target_url: "http://127.0.0.1:9/unrecorded-new", description: "", events: ["contact.created"] }, "req-test");
     // The database refuses to record the test on the rotation, as a fault or a crash at that moment would leave it.
     if (db.dialect === "sqlite") {
       await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations BEGIN SELECT RAISE(ABORT, 'refused'); END");

@@ -8,16 +8,17 @@ import { signingSecrets } from "../../server/webhooks/delivery.ts";
 import { endRotationGrace } from "../../server/webhooks/service.ts";
 import { findSubscriptionById } from "../../server/webhooks/store.ts";
 import { addOperator, ConsoleClient, formKeyOf, seedDeliveries, startConsoleServer, type ConsoleServer } from "./support.ts";
-import { TEST_OPERATOR } from "../webhooks/support.ts";
 
 // Console forms sent twice at once (a double click, a browser retry) make their change once, and
 // both answers show what the first one made, its secret included: the browser shows the second.
 let server: ConsoleServer;
 let client: ConsoleClient;
+/** operator is the one signed in, who makes what the console's services called directly make */
+let operator: Awaited<ReturnType<typeof addOperator>>;
 
 beforeAll(async () => {
   server = await startConsoleServer();
-  await addOperator(server.runtime.db);
+  operator = await addOperator(server.runtime.db);
   client = new ConsoleClient((request) => fetch(request, { redirect: "manual" }), server.url);
   await client.signIn();
 });
@@ -63,7 +64,7 @@ const pingsTo = (subscriptionId: string) =>
 
 test("the rotation wizard's Send test event sends one ping, and both answers lead to the step watching it", async () => {
   const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/pinged-twice-old", events: ["contact.created"] })).data;
-  const { id } = await startRotation(server.runtime, TEST_OPERATOR, old.id, { target_url: "http://127.0.0.1:9/pinged-twice-new", description: "", events: ["contact.created"] }, "req-test");
+  const { id } = await startRotation(server.runtime, operator, old.id, { target_url: "http://127.0.0.1:9/pinged-twice-new", description: "", events: ["contact.created"] }, "req-test");
   const shown = await client.get(`/console/rotations/${id}`);
   const answers = await sentTwice(`/console/rotations/${id}/test`, { form_key: formKeyOf(shown.text) });
   const pings = await pingsTo(id);

@@ -1,3 +1,4 @@
+import { Database } from "bun:sqlite";
 import { expect, test } from "bun:test";
 import { copyFileSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -19,10 +20,25 @@ function restoreBlock(): string[] {
   return (block ?? "").split("\n").filter((line) => line.trim() !== "");
 }
 
+/** redoList is the README's list of what to redo after a restore, one item a bullet. */
+function redoList(): string[] {
+  const section = backupSection();
+  const list = section.slice(section.indexOf("redo what\nmattered:"));
+  return (/^[^]*?\n(- [^]*?)\n\n/.exec(list)?.[1] ?? "").split(/\n- /).map((item) => item.replace(/^- /, "").replace(/\s+/g, " "));
+}
+
+/** deletionsItem is the redo list's item on records deleted after the backup. */
+const deletionsItem = () => redoList().find((item) => /^[a-z, ]+ deleted after the backup are back/.test(item)) ?? "";
+
 /** redoneDeletions are the lists of deletions the README's restore says to take before restoring and delete again after, such as `/public/v1/contacts/deleted`. */
 function redoneDeletions(): string[] {
-  const bullet = /\n- [^\n]* deleted after the backup are back[^]*?(?=\n- |\n\n)/.exec(backupSection())?.[0] ?? "";
-  return [...bullet.matchAll(/`GET (\/public\/v1\/[a-z]+\/deleted)\?since=/g)].map((m) => m[1]!);
+  return [...deletionsItem().matchAll(/`GET (\/public\/v1\/[a-z]+\/deleted)\?since=/g)].map((m) => m[1]!);
+}
+
+/** redoneAfterStart are the `crm` commands the deletions item says to run after the start, as words without the id (`crm user delete ID` is ["user", "delete"]). */
+function redoneAfterStart(): string[][] {
+  const afterStart = /after the start,[^(]*\(([^)]*)\)/.exec(deletionsItem())?.[1] ?? "";
+  return [...afterStart.matchAll(/`crm ([a-z ]+) ID`/g)].map((m) => m[1]!.split(" "));
 }
 
 /** onVm moves a command of the block onto the test's VM, which runs as the current user: the paths under `root`, no owners. */
@@ -87,7 +103,7 @@ test("the README's restore block brings a lost VM back from a backup, its key an
   }
 }, 60_000);
 
-test("after the README's restore, its redo list deletes again everyone deleted after the backup: a contact, an account and a user", async () => {
+test("after the README's restore, its redo list deletes again everyone deleted after the backup (a contact, an account and a user) with what works once the service runs, and says that a subscription disabled after the backup is active again, as it is", async () => {
   const root = tempDir("restore-erased");
   const [dataDir, etc, backups, kept] = ["var/lib/crm", "etc/crm", "var/backups/crm", "kept"].map((path) => join(root, path)) as [string, string, string, string];
   const toml = join(etc, "crm.toml");
@@ -110,6 +126,8 @@ test("after the README's restore, its redo list deletes again everyone deleted a
       const create = async (path: string, body: unknown) => `${path}/${(await api(url, token, "POST", path, body)).body.data.id}`;
       return [await create("/public/v1/contacts", { email: "erased.contact@example.com" }), await create("/public/v1/accounts", { name: "Erased Account" }), await create("/public/v1/users", { name: "Erased User", email: "erased.user@example.com" })];
     });
+    // A subscription to an address, which needs no name lookup; nothing it hears of happens here.
+    const subscription = await whileServing(async (url) => (await api(url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: "https://93.184.216.34/hook", events: ["subscription.disabled"] })).body.data.id as string);
     const since = new Date(Date.now() - 1000).toISOString();
     expect(runCli([...SOURCE, "backup", join(backups, "crm-2026-11-20.sqlite"), "--config", toml]).exitCode).toBe(0);
     for (const file of [join(dataDir, "secrets.key"), toml, join(etc, "crm.env")]) copyFileSync(file, join(kept, file.slice(file.lastIndexOf("/") + 1)));
@@ -121,16 +139,28 @@ test("after the README's restore, its redo list deletes again everyone deleted a
       const listed = await Promise.all(lists.map(async (list) => (await api(url, token, "GET", `${list}?since=${encodeURIComponent(since)}`)).body.data.map((tombstone: { id: string }) => `${list.slice(0, -"/deleted".length)}/${tombstone.id}`)));
       return listed.flat();
     });
+    // Disabled after the backup, as an operator's removal on the console can (the service stopped meanwhile).
+    const stopped = new Database(join(dataDir, "crm.sqlite"));
+    stopped.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = 'the operator who made it was removed from the console; enable it if it is still wanted' WHERE id = ?", [Date.now(), subscription]);
+    stopped.close();
 
     const ran = Bun.spawnSync(["sh", "-ec", restoreBlock().slice(1, -2).map((line) => onVm(line, root)).join("\n")], { stdout: "pipe", stderr: "pipe" });
     expect({ exitCode: ran.exitCode, stderr: ran.stderr.toString() }).toEqual({ exitCode: 0, stderr: "" });
 
-    // After the start, each listed one is deleted again; none of the three may be back.
+    // After the start, each listed one is deleted again, by each way the list names; none of the three may be back.
+    const user = people[2]!.slice(people[2]!.lastIndexOf("/") + 1);
     const after = await whileServing(async (url) => {
+      const commands = redoneAfterStart().map((words) => {
+        const ran = runCli([...SOURCE, ...words, user, "--config", toml]);
+        return { command: words.join(" "), exitCode: ran.exitCode, stderr: ran.stderr.toString() };
+      });
+      expect(commands.filter((ran) => ran.exitCode !== 0)).toEqual([]);
       for (const path of erased) expect([204, 404]).toContain((await api(url, token, "DELETE", path)).status);
-      return Promise.all(people.map(async (path) => [path, (await api(url, token, "GET", path)).status]));
+      return { people: await Promise.all(people.map(async (path) => [path, (await api(url, token, "GET", path)).status])), subscription: (await api(url, token, "GET", `/public/v1/webhook-subscriptions/${subscription}`)).body.data.status };
     });
-    expect(after).toEqual(people.map((path) => [path, 404]));
+    expect(after).toEqual({ people: people.map((path) => [path, 404]), subscription: "active" });
+    // The list says so, and to check them.
+    expect(redoList().filter((item) => item.startsWith("subscriptions disabled after the backup are active again"))).toHaveLength(1);
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

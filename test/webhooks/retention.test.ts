@@ -1,12 +1,12 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { startRotation } from "../../console/subscriptions/service.ts";
 import { markRotationCompleted } from "../../console/subscriptions/store.ts";
-import { inviteOperator, issueSetupCode, OPERATOR_LINK_TTL_MS, SETUP_CODE_TTL_MS } from "../../server/operators/service.ts";
+import { createOperator, inviteOperator, issueSetupCode, OPERATOR_LINK_TTL_MS, SETUP_CODE_TTL_MS } from "../../server/operators/service.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { pruneHistory, startRetentionJob } from "../../server/webhooks/retention.ts";
 import { insertAttempt } from "../../server/webhooks/store.ts";
 import { queryPlan, type Captured } from "../support/query-plans.ts";
-import { addStoredDeliveries, addStoredSubscription, settledDeliveries, startReceiver, TEST_OPERATOR, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
+import { addStoredDeliveries, addStoredSubscription, settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
 
 const DAY = 24 * 60 * 60 * 1000;
 let h: WebhookHarness;
@@ -75,7 +75,9 @@ describe("retention: what the console leaves", () => {
   test("rotations whose new subscription was deleted (unfinished or finished), untouched for the retention period, and expired one-time links are pruned; the others stay", async () => {
     h = await webhookHarness({ deliveryRetentionDays: 30 });
     const subscribe = async (name: string) => (await h.subscribe(`http://127.0.0.1:9/${name}`, ["contact.created"])).id;
-    const rotate = (oldId: string, name: string, now: number) => startRotation(h.rt, TEST_OPERATOR, oldId, { target_url: `http://127.0.0.1:9/${name}`, description: "", events: ["contact.created"] }, "req-test", now);
+    // The wizard's maker must stand when it makes the new subscription.
+    const operator = await createOperator(h.rt.db, { email: "wizard@example.com", password: "a long enough password" });
+    const rotate = (oldId: string, name: string, now: number) => startRotation(h.rt, operator, oldId, { target_url: `http://127.0.0.1:9/${name}`, description: "", events: ["contact.created"] }, "req-test", now);
     const finish = (id: string, now: number) => h.rt.db.write((tx) => markRotationCompleted(tx, id, now));
     const deleteSubscription = async (id: string) => expect((await h.json("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
     const monthAgo = Date.now() - 31 * DAY;

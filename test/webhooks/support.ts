@@ -159,9 +159,6 @@ export function webhookTestScope() {
   };
 }
 
-/** TEST_OPERATOR is the operator a test that calls a console service directly, with no session, makes things as. */
-export const TEST_OPERATOR = { id: "opr_01JDB7Y1Q7A6T5ZV3C8W9X0K2M", email: "wizard@example.com" };
-
 /** addStoredSubscription stores an active subscription to contact.created created at `createdAt`, through the store (no target check), and returns its id. */
 export async function addStoredSubscription(db: Db, createdAt: number): Promise<string> {
   const id = newId("sub");
