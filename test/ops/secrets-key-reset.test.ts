@@ -2,7 +2,6 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
 import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
-import { createApiToken } from "../../server/auth/service.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import { canonicalJson } from "../../server/idempotency/service.ts";
@@ -13,6 +12,7 @@ import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
 import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, type Receiver } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
 
 // A database whose secrets key is lost refuses every start, so its subscriptions' secrets cannot be
@@ -175,13 +175,13 @@ describe("secrets-key reset: a lost key", () => {
     try {
       // What a crm before 0025 left after a create kept for replay and a delete; its key then lost.
       migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 25));
-      const created = await createApiToken(db, "old");
+      const created = await tokenBeforeUpgrade(db);
       token = created.token;
       const id = newId("sub");
       const answer = { data: { id, ...body, description: null, status: "active", created_at: "2026-11-21T10:00:00.000Z", updated_at: "2026-11-21T10:00:00.000Z", secret: new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc") } };
       db.sqlite
         .query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', '/public/v1/webhook-subscriptions', 'sub-1', ?, 201, ?, ?)")
-        .run(created.info.id, sha256(canonicalJson(body)), JSON.stringify(answer), Date.now());
+        .run(created.id, sha256(canonicalJson(body)), JSON.stringify(answer), Date.now());
     } finally {
       await db.close();
     }

@@ -4,9 +4,9 @@ import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { createApp, createRuntime } from "../../server/app.ts";
-import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { canonicalJson } from "../../server/idempotency/service.ts";
@@ -160,7 +160,7 @@ describe("sealed secrets: happy paths", () => {
     const [created, rotated] = [`whsec_${Buffer.alloc(32, 1).toString("base64")}`, `whsec_${Buffer.alloc(32, 2).toString("base64")}`];
     try {
       migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 11));
-      const { token, info } = await createApiToken(db, "old");
+      const { token, id: tokenId } = await tokenBeforeUpgrade(db);
       const id = newId("sub");
       db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, previous_secret, previous_secret_expires_at, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[\"contact.created\"]', ?, ?, ?, 1, 1)").run(id, rotated, created, Date.now() + 3_600_000);
       // What a crm before 0011 kept for a replay within 24 hours: the answers as sent, secrets in clear.
@@ -171,7 +171,7 @@ describe("sealed secrets: happy paths", () => {
       ];
       const keep = db.sqlite.query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', ?, ?, ?, ?, ?, ?)");
       // The fingerprint as the idempotency guard takes it: SHA-256 of the body's canonical JSON.
-      for (const r of requests) keep.run(info.id, r.path, r.key, sha256(canonicalJson(r.body)), r.status, JSON.stringify(r.answer), Date.now());
+      for (const r of requests) keep.run(tokenId, r.path, r.key, sha256(canonicalJson(r.body)), r.status, JSON.stringify(r.answer), Date.now());
 
       const app = createApp(await createRuntime({ db, config: configFor(dataDir), log: createLogger("error") }));
       const kept = db.sqlite.query<{ secret: string }, []>("SELECT response_body ->> '$.data.secret' AS secret FROM idempotency_keys ORDER BY status DESC").all();
@@ -300,11 +300,11 @@ describe("sealed secrets: errors", () => {
     try {
       // What a crm before 0025 left after a create kept for replay and a delete: no subscription, the answer with its secret sealed.
       migrate(db.sqlite, MIGRATIONS.filter((m) => m.version < 25));
-      const { token, info } = await createApiToken(db, "old");
+      const { token, id: tokenId } = await tokenBeforeUpgrade(db);
       const kept = { data: { ...answer.data, secret: new SecretBox(Buffer.alloc(32, 1)).seal(id, secret) } };
       db.sqlite
         .query("INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, created_at) VALUES (?, 'POST', '/public/v1/webhook-subscriptions', 'k1', ?, 201, ?, ?)")
-        .run(info.id, sha256(canonicalJson(body)), JSON.stringify(kept), Date.now());
+        .run(tokenId, sha256(canonicalJson(body)), JSON.stringify(kept), Date.now());
       const logs: string[] = [];
       await expect(createRuntime({ db, config: configFor(dataDir), log: createLogger("info", (line) => logs.push(line)) })).rejects.toThrow(
         `secrets key file ${join(dataDir, "secrets.key")} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`,
