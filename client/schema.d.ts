@@ -30,7 +30,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description 200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise, or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.
+         * @description 200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming each failing check by a short code otherwise (the reasons, which may name files, database roles and driver errors, are logged, and given in `reasons` only to a request GET /metrics would answer: the metrics token, or loopback), or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.
          */
         get: operations["getReadiness"];
         put?: never;
@@ -922,8 +922,12 @@ export interface components {
             account_id?: string;
             /** @description replay-resource-deleted (410): the user the replayed answer showed, deleted since. */
             user_id?: string;
-            /** @description not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or what is wrong. */
+            /** @description not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or a short code of what is wrong (storage-fault, unavailable, login-refused, no-answer, pending-migrations, newer-migrations, tables-missing, not-running, claims-failing...). */
             checks?: {
+                [key: string]: string;
+            };
+            /** @description not-ready (503, /readyz), to a request GET /metrics would answer (the metrics token, or loopback) only: each failing check's reason in words. */
+            reasons?: {
                 [key: string]: string;
             };
         } & {

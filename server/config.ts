@@ -282,9 +282,13 @@ export const SETTINGS: Setting[] = [
 
 /** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */
 export function redactedUrl(url: string): string {
-  // Anything else may hold the password anywhere before an @: all of that part is hidden.
-  if (!URL.canParse(url) || !/^postgres(ql)?:$/.test(new URL(url).protocol)) return url.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^@]*@/i, "$1***@");
-  const parsed = new URL(url);
+  const parsed = URL.canParse(url) ? new URL(url) : null;
+  // Anything else may hold the password anywhere before the last @ (URL takes a postgres: URL missing
+  // a slash, postgres:/crm:pw@db/crm, for one without a host, the password in its path): all of that
+  // part is hidden, and the password parameters.
+  if (!parsed || !/^postgres(ql)?:$/.test(parsed.protocol) || parsed.host === "") {
+    return url.replace(/^(postgres(?:ql)?:[\\/]*|[a-z][a-z0-9+.-]*:\/\/)?.*@/is, "$1***@").replace(/([?&](?:ssl)?password=)[^&#]*/gi, "$1***");
+  }
   if (parsed.password) parsed.password = "***";
   // libpq also takes the password, and the client key's passphrase, as query parameters.
   for (const name of ["password", "sslpassword"]) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, "***");
@@ -390,6 +394,8 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
       if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
       if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
+      // postgres: is no special scheme to URL: with a slash missing it takes the rest for a path.
+      if (new URL(text).host === "") fail("a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE");
       return text;
     }
     case "private-targets": {

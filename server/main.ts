@@ -21,6 +21,7 @@ import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
 import { OutputFailed, printOut } from "./shared/output.ts";
 import { printable } from "./shared/text.ts";
+import { errorCode } from "./shared/thrown.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
@@ -67,9 +68,9 @@ Commands:
                                      subscription a new secret under the key the next start
                                      reads and disable it until its secret is rotated; lists
                                      them, and without the flag changes nothing
-  copy-to-postgres --database-url URL
-                                     copy the data directory's database into an empty
-                                     PostgreSQL database (see copy-to-postgres --help)
+  copy-to-postgres                   copy the data directory's database into the empty
+                                     PostgreSQL database CRM_DATABASE_URL names (see
+                                     copy-to-postgres --help)
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
          [--trial] [--dry-run] [--invalid-file PATH]
                                      import contacts (and their accounts) through a server's
@@ -758,6 +759,26 @@ function unavailableText(error: unknown): string | null {
   return `the database is ${failure === "busy" ? "busy" : "unavailable"}: ${String((error as Error)?.message ?? error).split("\n")[0]}; nothing more was done, try again`;
 }
 
+/**
+ * storageFailureText is the one line of a command the storage refused (a full disk: SQLITE_FULL,
+ * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system; a
+ * failed sync to disk), which the API answers 503 to: the command exits EXIT.unavailable, as
+ * running it again once the operator has acted may succeed. Null for any other error.
+ */
+function storageFailureText(error: unknown): string | null {
+  const detail = String((error as Error)?.message ?? error).split("\n")[0];
+  switch (errorCode(error) === "ENOSPC" ? "storage-full" : databaseFailureOf(error)) {
+    case "storage-full":
+      return `no room left on the disk (${detail}); nothing more was done: make room, then run the command again`;
+    case "storage-read-only":
+      return `the database's storage takes no writes (${detail}): its file or file system is read-only; nothing more was done: make it writable, then run the command again`;
+    case "storage-failed":
+      return `the database's storage failed (${detail}), so the last change may not have been saved: check the disk, then run the command again`;
+    default:
+      return null;
+  }
+}
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (refused: unknown) => {
@@ -767,7 +788,7 @@ main(process.argv.slice(2)).then(
     const thrown = refused instanceof PartlyDone ? refused.cause : refused;
     const error = readOnlyWriteRefusal(thrown);
     // A write refused by a read-only PostgreSQL is the setting's to mend (readOnlyWriteRefusal), not a moment's.
-    const unavailable = error === thrown ? unavailableText(error) : null;
+    const unavailable = error === thrown ? (unavailableText(error) ?? storageFailureText(error)) : null;
     // 128 + SIGPIPE, as the shell reports a command a closed pipe ended.
     if (error instanceof OutputFailed && error.readerGone) process.exit(141);
     if (error instanceof OutputFailed) {

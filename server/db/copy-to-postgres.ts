@@ -17,14 +17,16 @@ const MAX_PARAMETERS = 60_000;
 const PROGRESS_BAR_WIDTH = 30;
 
 /** COPY_USAGE is what `crm copy-to-postgres --help` prints. */
-export const COPY_USAGE = `usage: crm copy-to-postgres --database-url postgres://USER:PASSWORD@HOST:PORT/DATABASE [--data-dir DIR]
+export const COPY_USAGE = `usage: CRM_DATABASE_URL=postgres://USER:PASSWORD@HOST:PORT/DATABASE crm copy-to-postgres [--data-dir DIR]
 
 Copies the SQLite database of a data directory (migrated to the latest version first) into an
 empty PostgreSQL database: the PostgreSQL migrations are applied, then every table is copied in
 one transaction with its ids and timestamps unchanged; pending webhook deliveries stay pending.
 Stop the service first, so that nothing changes during the copy. A target that already holds
 any row (a one-time setup link and a key's check value aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
-to stdout. The URL may also come from CRM_DATABASE_URL or database_url in the --config file.
+to stdout. The URL may also come from database_url in the --config file. --database-url takes it
+too, but an argument is visible to every local user (ps) for as long as the copy runs, password
+and all.
 `;
 
 /** SqliteSource is the opened data directory: its SQLite connection, and how to close it. */

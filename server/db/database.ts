@@ -3,7 +3,7 @@ import { accessSync, chmodSync, constants, existsSync, rmSync, statSync, type Bi
 import { dirname, join } from "node:path";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
-import { fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText, pathExists } from "../shared/files.ts";
+import { createOwnerOnlyFileIfAbsent, fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText } from "../shared/files.ts";
 import { ChangeClock } from "./change-clock.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
@@ -563,6 +563,15 @@ function keepOwnerOnly(database: string, file: string): void {
   }
 }
 
+/** createDatabaseFile creates an absent database file empty and 0600 (SQLite takes an empty file for a new database), and tells whether it did. */
+function createDatabaseFile(path: string): boolean {
+  try {
+    return createOwnerOnlyFileIfAbsent(path);
+  } catch (error) {
+    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${fileErrorText(error)}`);
+  }
+}
+
 /**
  * openDatabase opens the service's SQLite file: a writer and a reader connection with the pragmas
  * every connection needs. "full" (the default) syncs the WAL on every commit, so an answered write
@@ -571,9 +580,13 @@ function keepOwnerOnly(database: string, file: string): void {
  * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod.
  */
 export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
-  const created = path !== ":memory:" && !copying && !existsSync(path);
+  const owned = path !== ":memory:" && !copying;
+  // 0600 before SQLite opens it, not made so after: a descriptor another user took meanwhile would
+  // read the file for good. SQLite gives the journal, WAL and shared-memory files it creates the database's mode.
+  const created = owned && createDatabaseFile(path);
+  if (owned) keepOwnerOnly(path, path);
   const writer = openConnection(path, synchronous);
-  if (path !== ":memory:" && !copying) {
+  if (owned) {
     try {
       for (const part of [path, `${path}-wal`, `${path}-shm`]) {
         if (created && existsSync(part)) giveToFolderOwner(part);
@@ -626,10 +639,10 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
   const path = dataDirectoryLockFile(dataDir);
   let lock: SqliteConnection | undefined;
   try {
-    const created = !pathExists(path);
-    lock = new SqliteConnection(path, { create: true });
+    const created = createOwnerOnlyFileIfAbsent(path);
     if (created) giveToFolderOwner(path);
-    chmodSync(path, 0o600);
+    else chmodSync(path, 0o600);
+    lock = new SqliteConnection(path, { create: true });
     lock.run("PRAGMA locking_mode = EXCLUSIVE");
     // No journal file beside the lock: the transaction never writes.
     lock.run("PRAGMA journal_mode = MEMORY");

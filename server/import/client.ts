@@ -55,6 +55,9 @@ export class BatchClient {
           method: "POST",
           headers: { authorization: `Bearer ${this.token}`, "content-type": "application/json", "idempotency-key": idempotencyKey },
           body,
+          // The API never redirects: followed, a redirect would send the rows to whatever origin it
+          // names (without the token), and take its answer for the CRM's.
+          redirect: "manual",
         });
       } catch (error) {
         if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`cannot reach ${this.baseUrl}: ${(error as Error).message}`);
@@ -68,6 +71,13 @@ export class BatchClient {
         if (++failures >= MAX_FAILED_ATTEMPTS) throw new ImportError(`${path}: the answer broke off: ${(error as Error).message}`);
         await this.wait(2 ** failures / 4, `the answer broke off (${(error as Error).message})`);
         continue;
+      }
+      if (response.status >= 300 && response.status < 400) {
+        const location = response.headers.get("location");
+        throw new ImportError(
+          `${path} answered ${response.status}, a redirect${location === null ? "" : ` to ${location.slice(0, 200)}`}, not followed: the API never redirects, so --url names something else (a proxy, a moved host); point --url at the CRM server itself`,
+          false,
+        );
       }
       const answer = parsedAnswer(response, text);
       if (response.status === 429 || (response.status === 409 && answer?.type === "urn:crm:problem:idempotency-key-in-use")) {

@@ -8,7 +8,7 @@ export const Health = t.Object({
 });
 export type Health = typeof Health.static;
 
-/** ReadinessChecks holds each readiness check's verdict: "ok" or what is wrong. */
+/** ReadinessChecks holds each readiness check's verdict: "ok" or a short code of what is wrong. */
 export const ReadinessChecks = t.Object({
   database: t.String({ description: "ok when the database takes a write (rolled back on PostgreSQL; on SQLite a row changed and put back, committed, so that the storage is written)" }),
   migrations: t.String({ description: "ok when every migration embedded in this version is applied" }),

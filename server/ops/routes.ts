@@ -6,7 +6,7 @@ import { Health, Readiness } from "./model.ts";
 import { clientHints } from "../http/client-address.ts";
 import { CONSOLE_PREFIX, isConsolePath, PUBLIC_PREFIX } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
-import { authorizeMetrics, health, metricsText, readiness, refuseOnNewerDatabase } from "./service.ts";
+import { authorizeMetrics, health, mayReadMetrics, metricsText, NotReadyLog, readiness, refuseOnNewerDatabase } from "./service.ts";
 
 const tags = ["Operations"];
 
@@ -28,19 +28,28 @@ export function newerDatabaseGuard(rt: Runtime) {
 
 /** opsRoutes serves /healthz, /readyz and /metrics for load balancers, systemd checks and Prometheus. */
 export function opsRoutes(rt: Runtime) {
+  const notReadyLog = new NotReadyLog(rt.log);
+  const hints = (request: Request) => clientHints(request, rt.listening()?.requestIP(request)?.address ?? null);
   return new Elysia({ name: "ops" })
     .get("/healthz", () => health(), {
       response: { 200: Health },
       detail: { operationId: "getHealth", summary: "Liveness", description: "200 while the process answers. No authentication.", tags, ...publicOperation },
     })
-    .get("/readyz", () => readiness(rt), {
+    .get("/readyz", ({ request }) => readiness(rt, notReadyLog, mayReadMetrics(rt.config, request, hints(request))), {
       response: { 200: Readiness, ...problemResponses(503) },
-      detail: { operationId: "getReadiness", summary: "Readiness", description: "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming the failing checks otherwise, or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.", tags, ...publicOperation },
+      detail: {
+        operationId: "getReadiness",
+        summary: "Readiness",
+        description:
+          "200 when the database takes writes, migrations are current and the delivery loop runs; 503 problem+json naming each failing check by a short code otherwise (the reasons, which may name files, database roles and driver errors, are logged, and given in `reasons` only to a request GET /metrics would answer: the metrics token, or loopback), or shutting-down once a stop has begun (SIGTERM, SIGINT). No authentication.",
+        tags,
+        ...publicOperation,
+      },
     })
     .get(
       "/metrics",
       ({ request, set }) => {
-        authorizeMetrics(rt.config, request, clientHints(request, rt.listening()?.requestIP(request)?.address ?? null));
+        authorizeMetrics(rt.config, request, hints(request));
         set.headers["content-type"] = "text/plain; version=0.0.4; charset=utf-8";
         return metricsText(rt);
       },

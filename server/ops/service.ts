@@ -6,7 +6,7 @@ import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
 import { databaseNewer } from "../http/errors.ts";
 import { databasePath, openDatabase } from "../db/database.ts";
-import { databaseFailureOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
+import { databaseFailureOf, databaseFaultOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ReadLaneFull } from "../db/slow-reads.ts";
 import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -37,27 +37,46 @@ export function health(): Health {
  */
 const READINESS_CHECK_TIMEOUT_MS = 3000;
 
-async function check(run: () => Promise<string | null> | string | null): Promise<string> {
+/**
+ * Failing is a readiness check's failure: a short cause code, which anyone may read in /readyz's
+ * answer, and the reason, which may name file paths, PostgreSQL roles and databases and quote
+ * driver errors: for the log and for a request that may read /metrics.
+ */
+class Failing {
+  constructor(
+    readonly code: string,
+    readonly reason: string,
+  ) {}
+}
+
+/** failingOf is the Failing of a check that threw: the database's fault or failure as its code (login-refused, storage-full, unavailable...), "failed" for anything else. */
+function failingOf(error: unknown): Failing {
+  return new Failing(databaseFaultOf(error) ?? databaseFailureOf(error) ?? "failed", String((error as Error)?.message ?? error));
+}
+
+async function check(run: () => Promise<Failing | null> | Failing | null): Promise<Failing | null> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<string>((resolve) => {
-    timer = setTimeout(() => resolve(`no answer within ${READINESS_CHECK_TIMEOUT_MS / 1000} s`), READINESS_CHECK_TIMEOUT_MS);
+  const deadline = new Promise<Failing>((resolve) => {
+    timer = setTimeout(() => resolve(new Failing("no-answer", `no answer within ${READINESS_CHECK_TIMEOUT_MS / 1000} s`)), READINESS_CHECK_TIMEOUT_MS);
   });
   try {
-    return await Promise.race([Promise.resolve().then(run).then((verdict) => verdict ?? "ok"), deadline]);
+    return await Promise.race([Promise.resolve().then(run), deadline]);
   } catch (error) {
-    return (error as Error).message;
+    return failingOf(error);
   } finally {
     clearTimeout(timer);
   }
 }
 
-/** readinessChecks runs every readiness check at once; each is "ok" or says what is wrong. */
-async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
+type ReadinessVerdicts = Record<keyof ReadinessChecks, Failing | null>;
+
+/** readinessChecks runs every readiness check at once; each is null (ok) or says what is wrong. */
+async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
   const [database, migrations, delivery_loop] = await Promise.all([
     check(async () => {
       // Set until a restart, whatever a probe would say: later writes may well succeed.
       const fault = rt.db.storageFault();
-      if (fault) return fault;
+      if (fault) return new Failing("storage-fault", fault);
       // A write refused for a newer crm's migrations reached a database that answers: the migrations check tells why.
       await probeWrite(rt.db).catch((error: unknown) => {
         if (databaseFailureOf(error) !== "newer") throw error;
@@ -67,38 +86,81 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessChecks> {
     check(async () => {
       const { pending, newer, recorded } = await migrationState(rt.db);
       // Every instance migrated its database before serving: none recorded means the tables are gone.
-      if (!recorded && rt.db.dialect === "postgres") return tablesMissing(tablesHomeOf(rt.config));
+      if (!recorded && rt.db.dialect === "postgres") return new Failing("tables-missing", tablesMissing(tablesHomeOf(rt.config)));
       // A newer crm that migrated the database under running instances (started beside them) takes them out.
-      if (newer.length > 0) return `migrated by a newer crm: ${newer.join(", ")}`;
-      return pending.length === 0 ? null : `pending: ${pending.join(", ")}`;
+      if (newer.length > 0) return new Failing("newer-migrations", `migrated by a newer crm: ${newer.join(", ")}`);
+      return pending.length === 0 ? null : new Failing("pending-migrations", `pending: ${pending.join(", ")}`);
     }),
     check(() => {
       const { running, claim_failure: failure } = deliveryLoopStatus(rt);
-      if (!running) return "not running";
+      if (!running) return new Failing("not-running", "not running");
       // A loop whose every claim fails sends nothing (a schema it cannot use) while the database
       // check passes. A database that cannot be used just now fails that check already, and its
       // claims' failures would keep this one failing for up to a second after it is back.
       if (!failure || databaseFailureOf(failure.error) !== null) return null;
-      return `claims failing since ${toTimestamp(failure.since)}: ${String(failure.error)}`;
+      return new Failing("claims-failing", `claims failing since ${toTimestamp(failure.since)}: ${String(failure.error)}`);
     }),
   ]);
   return { database, migrations, delivery_loop };
 }
 
 /**
- * readiness answers whether the service can take traffic; 503 problem naming the failing checks
- * otherwise, or saying that it is shutting down (no check is run then: the answer is the same).
+ * NotReadyLog logs why /readyz fails, with the reasons its answer gives only to a request that may
+ * read /metrics: at once when they change, otherwise once a minute, as a load balancer probes
+ * every few seconds.
  */
-export async function readiness(rt: Runtime): Promise<Readiness> {
+export class NotReadyLog {
+  private last = "";
+  private line = new SpacedLine();
+
+  constructor(private readonly log: Logger) {}
+
+  /** failing notes the reasons of an answer that is not ready. */
+  failing(reasons: Record<string, string>): void {
+    const text = JSON.stringify(reasons);
+    if (text !== this.last) {
+      this.last = text;
+      this.line = new SpacedLine();
+    }
+    const unlogged = this.line.occurred(Date.now());
+    if (unlogged === undefined) return;
+    this.log.warn("not ready", { reasons, ...(unlogged ? { answers_unlogged: unlogged } : {}) });
+  }
+}
+
+/**
+ * readiness answers whether the service can take traffic; 503 problem naming the failing checks
+ * otherwise, each by a short code, with the reasons only for a request `trusted` as one that may
+ * read /metrics (the metrics token, or loopback): /readyz needs no credential and a proxy may pass
+ * it on. Once shutting down no check is run: the answer is the same.
+ */
+export async function readiness(rt: Runtime, notReadyLog: NotReadyLog, trusted: boolean): Promise<Readiness> {
   if (rt.connections.draining) {
     throw new ProblemError(503, "shutting-down", "Shutting down: this instance answers the requests it gets, closing each connection after its answer, until it stops listening; send new requests to another instance.");
   }
-  const checks = await readinessChecks(rt);
-  const failing = Object.entries(checks).filter(([, verdict]) => verdict !== "ok");
-  if (failing.length > 0) {
-    throw new ProblemError(503, "not-ready", `Not ready: ${failing.map(([name, verdict]) => `${name}: ${verdict}`).join("; ")}.`, undefined, {}, { checks });
+  const verdicts = await readinessChecks(rt);
+  const checks = Object.fromEntries(Object.entries(verdicts).map(([name, failing]) => [name, failing?.code ?? "ok"])) as ReadinessChecks;
+  const failing = Object.entries(verdicts).filter((entry): entry is [string, Failing] => entry[1] !== null);
+  if (failing.length === 0) return { status: "ready", checks };
+  const reasons = Object.fromEntries(failing.map(([name, f]) => [name, f.reason]));
+  notReadyLog.failing(reasons);
+  const named = failing.map(([name, f]) => `${name}: ${f.code}`).join("; ");
+  const detail = trusted ? `Not ready: ${failing.map(([name, f]) => `${name}: ${f.reason}`).join("; ")}.` : `Not ready: ${named}. The service's log says why.`;
+  throw new ProblemError(503, "not-ready", detail, undefined, {}, trusted ? { checks, reasons } : { checks });
+}
+
+/**
+ * mayReadMetrics tells whether a request would be let through to /metrics (authorizeMetrics): such
+ * a request may read what /readyz's failing checks name.
+ */
+export function mayReadMetrics(config: Config, request: Request, hints: ClientHints): boolean {
+  try {
+    authorizeMetrics(config, request, hints);
+    return true;
+  } catch (error) {
+    if (error instanceof ProblemError) return false;
+    throw error;
   }
-  return { status: "ready", checks };
 }
 
 /**

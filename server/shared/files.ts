@@ -20,16 +20,30 @@ export function fsyncPath(path: string): void {
  * keeps its mode (perhaps /dev/full, or one the user made on purpose).
  */
 export function createOwnerOnlyFile(path: string): void {
-  let created = true;
+  if (createOwnerOnlyFileIfAbsent(path)) return;
+  // "wx" refuses any symbolic link, one to a file not there yet too, which "w" then creates.
+  const created = !pathExists(path);
+  keepOwnerOnlyOpen(openSync(path, "w", 0o600), created);
+}
+
+/**
+ * createOwnerOnlyFileIfAbsent creates an empty file 0600 whatever the umask, before SQLite opens it
+ * (SQLite would create it 0644 & ~umask), and tells whether it did; a file or link already there is
+ * left as it is.
+ */
+export function createOwnerOnlyFileIfAbsent(path: string): boolean {
   let fd: number;
   try {
     fd = openSync(path, "wx", 0o600);
   } catch (error) {
-    if (errorCode(error) !== "EEXIST") throw error;
-    // "wx" refuses any symbolic link, one to a file not there yet too, which "w" then creates.
-    created = !pathExists(path);
-    fd = openSync(path, "w", 0o600);
+    if (errorCode(error) === "EEXIST") return false;
+    throw error;
   }
+  keepOwnerOnlyOpen(fd, true);
+  return true;
+}
+
+function keepOwnerOnlyOpen(fd: number, created: boolean): void {
   try {
     // The umask narrows the mode open creates with: 0277 left 0400, which its owner could not write.
     if (created) fchmodSync(fd, 0o600);

@@ -1,5 +1,6 @@
 import { writeSync } from "node:fs";
 import type { LogLevel } from "../config.ts";
+import { printable } from "./text.ts";
 
 const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
@@ -77,7 +78,9 @@ function jsonLine(time: string, level: LogLevel, msg: string, fields?: Record<st
   // Spliced rather than spread into one object: every request logs a line.
   const head = `{"time":"${time}","level":"${level}","msg":${JSON.stringify(msg)}`;
   const rest = fields === undefined ? "}" : JSON.stringify(fields);
-  return rest.length > 2 ? `${head},${rest.slice(1)}` : `${head}}`;
+  // JSON.stringify escapes C0 controls only: a C1 one (a receiver's header, decoded as Latin-1) or
+  // U+2028 split the line for some readers. They occur in strings only, where an escape keeps them.
+  return printable(rest.length > 2 ? `${head},${rest.slice(1)}` : `${head}}`);
 }
 
 /** countLines counts the lines of buffered log output (each ends in a newline). */

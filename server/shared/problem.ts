@@ -179,7 +179,13 @@ export const ProblemSchema = t.Object(
     contact_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the contact the replayed answer showed, deleted since." })),
     account_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the account the replayed answer showed, deleted since." })),
     user_id: t.Optional(t.String({ description: "replay-resource-deleted (410): the user the replayed answer showed, deleted since." })),
-    checks: t.Optional(t.Record(t.String(), t.String(), { description: "not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or what is wrong." })),
+    checks: t.Optional(
+      t.Record(t.String(), t.String(), {
+        description:
+          "not-ready (503, /readyz): each readiness check's verdict by name (database, migrations, delivery_loop): ok, or a short code of what is wrong (storage-fault, unavailable, login-refused, no-answer, pending-migrations, newer-migrations, tables-missing, not-running, claims-failing...).",
+      }),
+    ),
+    reasons: t.Optional(t.Record(t.String(), t.String(), { description: "not-ready (503, /readyz), to a request GET /metrics would answer (the metrics token, or loopback) only: each failing check's reason in words." })),
   },
   { additionalProperties: true, description: "RFC 9457 problem details (application/problem+json)" },
 );

@@ -4,12 +4,14 @@ export function codePointName(character: string): string {
 }
 
 /**
- * printable shows a text's control characters (C0, DEL, C1) and bidirectional controls (marks,
- * embeddings, overrides, isolates) as \uXXXX escapes, for a line printed on a terminal, where they
- * would move the cursor, change colours or split the line, or draw the rest of it backwards.
+ * printable shows a text's control characters (C0, DEL, C1), line and paragraph separators and
+ * bidirectional controls (marks, embeddings, overrides, isolates) as \uXXXX escapes, for a line
+ * printed on a terminal or read by a line reader, where they would move the cursor, change colours
+ * or split the line (U+0085 NEL and U+2028 end a line for Python's splitlines, Java's and .NET's
+ * readers), or draw the rest of it backwards.
  */
 export function printable(text: string): string {
-  return text.replace(/[\u0000-\u001f\u007f-\u009f\p{Bidi_Control}]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  return text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\p{Bidi_Control}]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 /**

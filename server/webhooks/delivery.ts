@@ -362,8 +362,10 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
     // 304 Not Modified is in the 3xx class but sends nowhere: it fails as a 4xx would.
     if (response.status >= 300 && response.status < 400 && response.status !== 304) {
-      const location = result.response_headers.location;
-      result.error = `redirect${location === undefined ? "" : ` to ${location}`} not followed; point the subscription at the final URL`;
+      // The Location is left to the response headers kept: a moved receiver's new address carries its
+      // credentials as a target URL does, and the error is logged with every attempt.
+      const named = result.response_headers.location === undefined ? "" : ", which the answer's Location header names";
+      result.error = `redirect (${response.status}) not followed; point the subscription at the final URL${named}`;
     }
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {

@@ -453,7 +453,7 @@ describe("errors: unexpected exceptions", () => {
       expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database storage read-only: a change was refused", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("attempt to write a readonly database") });
       expect((await post()).status).toBe(503);
       expect(lines.filter((l) => l.level === "error").map((l) => l.msg)).toEqual(["database storage read-only: a change was refused"]);
-      expect(await databaseReadiness()).toBe("attempt to write a readonly database");
+      expect(await databaseReadiness()).toBe("storage-read-only");
       expect(await contactCount(h)).toBe(before);
     } finally {
       h.db.sqlite.run("PRAGMA query_only = OFF");
@@ -467,12 +467,16 @@ describe("errors: unexpected exceptions", () => {
     const fsyncFailed = () => Object.assign(new Error("disk I/O error"), { name: "SQLiteError", code: "SQLITE_IOERR_FSYNC", errno: 1034 });
     expect([fsyncFailed(), { code: "SQLITE_IOERR_DIR_FSYNC", errno: 1290 }].map(databaseFailureOf)).toEqual(["storage-failed", "storage-failed"]);
     // On a harness of its own: the failure keeps its /readyz failing, as it does the service's until a restart.
-    const failing = await createHarness();
+    const failing = await createHarness({ metricsToken: "metrics-token-for-tests-0001" });
     try {
       const { app, lines } = loggedApp(failing);
       const post = (first_name: string) =>
         app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${failing.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name }) }));
-      const databaseReadiness = async () => (await (await app.handle(new Request("http://localhost/readyz"))).json()).checks.database;
+      // With the metrics token, /readyz gives the reason beside the check's code.
+      const databaseReadiness = async () => {
+        const { checks, reasons } = await (await app.handle(new Request("http://localhost/readyz", { headers: { authorization: "Bearer metrics-token-for-tests-0001" } }))).json();
+        return { check: checks.database, reason: reasons.database };
+      };
       // No storage here fails a sync on demand (SQLite opens its WAL with O_NOFOLLOW, bun:sqlite takes no VFS, and a
       // broken disk needs root): the COMMIT of the group holding the contact fails with the error bun:sqlite gives for a
       // failed fsync (the token's bookkeeping commits in a group of its own before it).
@@ -505,9 +509,10 @@ describe("errors: unexpected exceptions", () => {
       expect(lines.find((l) => l.level === "error")).toMatchObject({ msg: "database storage failed: a change may not have been saved, and /readyz fails until the service is restarted", code: "SQLITE_IOERR_FSYNC", method: "POST", path: "/public/v1/contacts", error: expect.stringContaining("disk I/O error") });
       expect(await contactCount(failing)).toBe(before);
       expect((await post("Synced")).status).toBe(201);
-      expect(await databaseReadiness()).toBe(
-        "the database's storage failed a sync to disk (SQLITE_IOERR_FSYNC): the disk may be failing, and a change refused then may still reach it; check the disk and its kernel log, then restart the service",
-      );
+      expect(await databaseReadiness()).toEqual({
+        check: "storage-fault",
+        reason: "the database's storage failed a sync to disk (SQLITE_IOERR_FSYNC): the disk may be failing, and a change refused then may still reach it; check the disk and its kernel log, then restart the service",
+      });
     } finally {
       await failing.close();
     }

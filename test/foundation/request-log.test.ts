@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { addOperator, ConsoleClient } from "../console/support.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { waitFor } from "../webhooks/support.ts";
 import { call, loggedApp } from "./support.ts";
@@ -17,6 +18,18 @@ const auth = () => ({ authorization: `Bearer ${h.token}` });
  */
 const loggedRequests = (lines: { msg?: unknown; path?: unknown }[], count: number, path?: string) =>
   waitFor(() => lines.filter((l) => l.msg === "request" && (path === undefined || l.path === path)).length >= count, `${count} request lines logged`);
+
+describe("log lines", () => {
+  test("a value's C1 controls, DEL, line separators and bidi controls are escaped as its C0 controls are: no reader (Python's splitlines, Java's, .NET's) splits one line in two, and no terminal acts on them", () => {
+    const lines: string[] = [];
+    const text = "a\nb\u0085c\u009b31md\u007fe\u2028f\u2029g\u202eh\u00a0é";
+    createLogger("info", (line) => lines.push(line)).info(`msg ${text}`, { [`key ${text}`]: text });
+    expect(lines).toHaveLength(1);
+    const escaped = String.raw`a\nb\u0085c\u009b31md\u007fe\u2028f\u2029g\u202eh` + "\u00a0é";
+    expect(lines[0]!.replace(/^\{"time":"[^"]+",/, "")).toBe(`"level":"info","msg":"msg ${escaped}","key ${escaped}":"${escaped}"}`);
+    expect(JSON.parse(lines[0]!)).toEqual({ time: expect.any(String), level: "info", msg: `msg ${text}`, [`key ${text}`]: text });
+  });
+});
 
 describe("request log: happy paths", () => {
   test("one JSON line per request with method, path, status, duration and request id", async () => {

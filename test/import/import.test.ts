@@ -454,6 +454,34 @@ describe("crm import contacts: errors", () => {
     expect(await runImport([file, "--dry-run"])).toEqual({ code: 0, stdout: "dry run, nothing sent: 1 rows: valid 1, invalid 0\n", stderr: `columns: Email -> email, ${key} -> ${key}\n` });
   });
 
+  test("a redirect (307, 308) is not followed: the rows would go to whatever origin it names, whose answer would count as imported; it stops the import naming the status", async () => {
+    const elsewhere: string[] = [];
+    const other = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      async fetch(request) {
+        const body = (await request.json()) as { items: unknown[] };
+        elsewhere.push(JSON.stringify(body.items));
+        return Response.json({ data: body.items.map((_, index) => ({ index, status: "created", id: `con_${index}` })) });
+      },
+    });
+    // A misconfigured proxy, or a moved host, in front of the CRM.
+    const front = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: (request) => new Response(null, { status: 307, headers: { location: `http://localhost:${other.port}${new URL(request.url).pathname}` } }) });
+    try {
+      const file = join(server.dir, "people.csv");
+      writeFileSync(file, "first_name,email\nAda,ada@customer.example\nGrace,grace@customer.example\n");
+      expect(await runImport([file, "--url", `http://127.0.0.1:${front.port}`, "--token-file", server.tokenFile])).toEqual({
+        code: 2,
+        stdout: "",
+        stderr: `columns: first_name -> first_name, email -> email\ncrm: import stopped: /public/v1/contacts/batch answered 307, a redirect to http://localhost:${other.port}/public/v1/contacts/batch, not followed: the API never redirects, so --url names something else (a proxy, a moved host); point --url at the CRM server itself\n`,
+      });
+      expect(elsewhere).toEqual([]);
+    } finally {
+      front.stop(true);
+      other.stop(true);
+    }
+  }, 60_000);
+
   test("a refused token, an unknown --map column, a malformed CSV or JSON Lines file and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");

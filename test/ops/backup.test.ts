@@ -286,6 +286,31 @@ describe("data directory permissions", () => {
     }
   });
 
+  // Permissions are checked at open() only: a descriptor another user took while a file was briefly 0644 reads it for good.
+  test.skipIf(!Bun.which("strace"))("under a umask of 022, every file a command creates in a data directory others may enter is created 0600, not made 0600 after", () => {
+    const dir = tempDir("perms-created");
+    const dataDir = join(dir, "data");
+    mkdirSync(dataDir, { mode: 0o755 });
+    const trace = join(dir, "trace");
+    const commands = [["migrate"], ["token", "create", "--name", "ci"], ["operator", "unlock", "--email", "nobody@example.com"], ["backup", join(dataDir, "copy.sqlite")]];
+    for (const command of commands) {
+      runCli(["strace", "-f", "-qq", "-e", "trace=openat,open,creat", "-o", `${trace}-${command[0]}`, ...underUmask("0022"), ...SOURCE, ...command, "--data-dir", dataDir]);
+    }
+    // The first open of each name in the fresh directory is the one that created it (a partial's, published by link, stands for its file's).
+    const created: Record<string, string> = {};
+    for (const command of commands) {
+      for (const line of readFileSync(`${trace}-${command[0]}`, "utf8").split("\n")) {
+        const [, path = "", flags = "", mode = ""] = /"([^"]+)", (O_[A-Z_|]+)(?:, (0\d+))?\) = \d+$/.exec(line) ?? [];
+        if (!path.startsWith(`${dataDir}/`)) continue;
+        created[basename(path).replace(/\.partial-.*?(-journal)?$/, "$1")] ??= flags.includes("O_CREAT") ? mode : "opened, not created";
+      }
+    }
+    const files = ["crm.sqlite", "crm.sqlite-journal", "crm.sqlite-wal", "crm.sqlite-shm", "crm.lock", "secrets.key", "copy.sqlite", "copy.sqlite-journal"];
+    expect(created).toEqual(Object.fromEntries(files.map((file) => [file, "0600"])));
+    expect(readdirSync(dataDir).sort()).toEqual(["copy.sqlite", "crm.lock", "crm.sqlite", "secrets.key"]);
+    rmSync(dir, { recursive: true, force: true });
+  }, 60_000);
+
   test("under a umask that would take their owner's write away (0277), the directories made for it are 0700 and secrets.key 0600, and serve, with no power over modes, writes there", async () => {
     const dataDir = join(tempDir("perms-umask"), "parent", "data");
     const command = [...SHUT_OUT, ...underUmask("0277"), ...SOURCE];

@@ -303,6 +303,26 @@ describe("configuration: invalid input names the setting", () => {
     expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid database_url in ${file}: "sqlite:///var/lib/crm" is not a postgres:// or postgresql:// URL`);
   });
 
+  test("a database URL missing a slash (so without a host) is refused, by every command, and never printed with its password", () => {
+    // postgres: is no special scheme to URL: with a slash missing, the rest parses as a path and the password is no password.
+    expect(redactedUrl("postgres:/crm:hunter2@db.internal:5432/crm")).toBe("postgres:/***@db.internal:5432/crm");
+    expect(redactedUrl("postgres:crm:hunter2@db/crm?sslpassword=hunter3")).toBe("postgres:***@db/crm?sslpassword=***");
+    expect(redactedUrl("postgresql:///crm:hunter2@db/crm")).toBe("postgresql:///***@db/crm");
+    expect(redactedUrl("postgres:///crm?password=hunter2")).toBe("postgres:///crm?password=***");
+    const noHost = (shown: string) => `invalid CRM_DATABASE_URL: ${JSON.stringify(shown)} is not a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:/crm:hunter2@db.internal:5432/crm" }))).toBe(noHost("postgres:/***@db.internal:5432/crm"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:\\\\crm:hunter2@db/crm" }))).toBe(noHost("postgres:\\\\***@db/crm"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:///crm" }))).toBe(noHost("postgres:///crm"));
+    const dir = tempDir("url-typo");
+    const key = join(dir, "secrets.key");
+    writeFileSync(key, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
+    for (const url of ["postgres:/crm:Sekr1tPW@db.invalid:5432/crm", "postgres:crm:Sekr1tPW@db.invalid/crm", "postgres:///crm:Sekr1tPW@db.invalid/crm"]) {
+      const run = runCli([...SOURCE, "token", "list", "--secrets-key-file", key], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
+      expect({ exitCode: run.exitCode, stdout: run.stdout, stderr: run.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${noHost(redactedUrl(url))}\n` });
+      expect(run.stderr).not.toContain("Sekr1tPW");
+    }
+  }, 60_000);
+
   test("a database URL whose port is out of range names the port, without the password", () => {
     expect(configError(() => loadConfig(["--database-url", "postgres://u:p@h:99999/d"], {}))).toBe('invalid --database-url: "postgres://***@h:99999/d" has port 99999; the port must be 1 to 65535');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgresql://crm:hunter2@[::1]:65536/crm" }))).toBe('invalid CRM_DATABASE_URL: "postgresql://***@[::1]:65536/crm" has port 65536; the port must be 1 to 65535');

@@ -5,12 +5,12 @@ import { join } from "node:path";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir, waitUntil } from "./support.ts";
 
 describe("a database file replaced under a running serve", () => {
-  test("a backup moved over crm.sqlite while the service runs: the service notices, refuses writes (503 database-replaced), fails /readyz and logs it once; reads go on, and no change answered 201 is lost at the restart", async () => {
+  test("a backup moved over crm.sqlite while the service runs: the service notices, refuses writes (503 database-replaced), fails /readyz (naming the file to loopback only) and logs it once; reads go on, and no change answered 201 is lost at the restart", async () => {
     const dataDir = tempDir("replaced");
     const token = createToken(SOURCE, dataDir);
     const serve = [...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"];
     const server = await spawnServer(serve);
-    let answered: { post: number; readyz: { status: number; body: any }; refused: any; read: number } | undefined;
+    let answered: { post: number; readyz: { status: number; body: any }; relayed: unknown; refused: any; read: number } | undefined;
     let createdAfter: string | null = null;
     try {
       expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "Before" })).status).toBe(201);
@@ -18,8 +18,8 @@ describe("a database file replaced under a running serve", () => {
       const backup = join(tempDir("replaced-backup"), "crm.sqlite");
       expect(runCli([...SOURCE, "backup", backup, "--data-dir", dataDir]).exitCode).toBe(0);
       renameSync(backup, join(dataDir, "crm.sqlite"));
-      const readyz = async () => {
-        const res = await fetch(`${server.url}/readyz`);
+      const readyz = async (headers: Record<string, string> = {}) => {
+        const res = await fetch(`${server.url}/readyz`, { headers });
         return { status: res.status, body: await res.json() };
       };
       // The watch looks about once a second; a minute is the hang guard of a code that never notices.
@@ -27,7 +27,8 @@ describe("a database file replaced under a running serve", () => {
       await waitUntil(async () => (await readyz()).status === 503 || Date.now() > deadline, "the replaced file to be noticed", server.proc);
       const post = await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "After" });
       if (post.status === 201) createdAfter = post.body.data.id;
-      answered = { post: post.status, readyz: await readyz(), refused: post.body, read: (await api(server.url, token, "GET", "/public/v1/contacts")).status };
+      // Relayed by a proxy (the README's nginx passes /readyz on): the check's code only, not the file's path.
+      answered = { post: post.status, readyz: await readyz(), relayed: (await readyz({ "x-forwarded-for": "203.0.113.7" })).body, refused: post.body, read: (await api(server.url, token, "GET", "/public/v1/contacts")).status };
     } finally {
       expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
     }
@@ -54,8 +55,16 @@ describe("a database file replaced under a running serve", () => {
           title: "Service Unavailable",
           status: 503,
           detail: `Not ready: database: ${replacedText}.`,
-          checks: { database: replacedText, migrations: "ok", delivery_loop: "ok" },
+          checks: { database: "storage-fault", migrations: "ok", delivery_loop: "ok" },
+          reasons: { database: replacedText },
         },
+      },
+      relayed: {
+        type: "urn:crm:problem:not-ready",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "Not ready: database: storage-fault. The service's log says why.",
+        checks: { database: "storage-fault", migrations: "ok", delivery_loop: "ok" },
       },
       refused: {
         type: "urn:crm:problem:database-replaced",

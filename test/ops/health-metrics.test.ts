@@ -59,17 +59,32 @@ describe("health and readiness: happy paths", () => {
   });
 });
 
-describe("readiness: not ready answers 503 problem+json naming the failing check", () => {
+/** notReady is the whole 503 body of a /readyz whose checks fail, as anyone gets it: each failing check by its code. */
+const notReady = (checks: Record<string, string>) => ({
+  type: "urn:crm:problem:not-ready",
+  title: "Service Unavailable",
+  status: 503,
+  detail: `Not ready: ${Object.entries(checks).filter(([, code]) => code !== "ok").map(([name, code]) => `${name}: ${code}`).join("; ")}. The service's log says why.`,
+  checks,
+});
+
+/** readyz asks /readyz as anyone, and as a request that may read /metrics (the harness's metrics token), and answers both. */
+async function readyz(h: Harness) {
+  return [await call(h.app, "GET", "/readyz"), await call(h.app, "GET", "/readyz", { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })] as const;
+}
+
+describe("readiness: not ready answers 503 problem+json naming the failing check by a code; its reasons only to a request that may read /metrics", () => {
   test("a database that cannot be written", async () => {
-    const h = await createHarness();
+    const h = await createHarness({ metricsToken: METRICS_TOKEN });
     // The writer connection refuses every change, as a read-only file would.
     h.db.sqlite.run("PRAGMA query_only = ON");
     try {
-      const res = await call(h.app, "GET", "/readyz");
+      const [res, trusted] = await readyz(h);
       expectProblem(res, 503, "not-ready");
-      expect(res.body.checks.database).toContain("readonly");
-      expect(res.body.checks.migrations).toBe("ok");
-      expect(res.body.detail).toStartWith("Not ready: database: ");
+      expect(res.body).toEqual(notReady({ database: "storage-read-only", migrations: "ok", delivery_loop: "not-running" }));
+      expect(trusted.body.checks).toEqual(res.body.checks);
+      expect(trusted.body.reasons).toEqual({ database: expect.stringContaining("readonly"), delivery_loop: "not running" });
+      expect(trusted.body.detail).toStartWith("Not ready: database: ");
     } finally {
       h.db.sqlite.run("PRAGMA query_only = OFF");
       await h.close();
@@ -77,22 +92,20 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
   });
 
   test("a delivery loop that is not running", async () => {
-    const h = await createHarness();
-    const res = await call(h.app, "GET", "/readyz");
+    const logged: Record<string, unknown>[] = [];
+    const h = await createHarness({ metricsToken: METRICS_TOKEN }, { log: createLogger("warn", (line) => logged.push(JSON.parse(line))) });
+    const [res, trusted] = await readyz(h);
     expectProblem(res, 503, "not-ready");
-    expect(res.body).toEqual({
-      type: "urn:crm:problem:not-ready",
-      title: "Service Unavailable",
-      status: 503,
-      detail: "Not ready: delivery_loop: not running.",
-      checks: { database: "ok", migrations: "ok", delivery_loop: "not running" },
-    });
+    expect(res.body).toEqual(notReady({ database: "ok", migrations: "ok", delivery_loop: "not-running" }));
+    expect(trusted.body).toEqual({ ...res.body, detail: "Not ready: delivery_loop: not running.", reasons: { delivery_loop: "not running" } });
+    // The reasons are logged once while they stay the same (a load balancer probes every few seconds).
+    expect(logged.map(({ time, ...line }) => line)).toEqual([{ level: "warn", msg: "not ready", reasons: { delivery_loop: "not running" } }]);
     await h.close();
   });
 
   test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {
     const logged: { level: string; msg: string }[] = [];
-    const h = await createHarness({}, { log: createLogger("info", (line) => logged.push(JSON.parse(line))) });
+    const h = await createHarness({ metricsToken: METRICS_TOKEN }, { log: createLogger("info", (line) => logged.push(JSON.parse(line))) });
     h.rt.deliveries.start();
     h.db.sqlite.run("DROP INDEX webhook_deliveries_due_by_subscription");
     h.rt.deliveries.wake();
@@ -100,11 +113,10 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     // Claims are retried every second: the second and third failures add no line.
     const since = h.rt.deliveries.claimFailure!.since;
     await waitUntil(() => Date.now() > since + 2200, "two more claims to fail");
-    const res = await call(h.app, "GET", "/readyz");
+    const [res, trusted] = await readyz(h);
     expectProblem(res, 503, "not-ready");
-    expect(res.body.checks).toEqual({
-      database: "ok",
-      migrations: "ok",
+    expect(res.body.checks).toEqual({ database: "ok", migrations: "ok", delivery_loop: "claims-failing" });
+    expect(trusted.body.reasons).toEqual({
       delivery_loop: expect.stringMatching(/^claims failing since \d{4}-\d\d-\d\dT[\d:.]+Z: SQLiteError: no such index: webhook_deliveries_due_by_subscription$/),
     });
     h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
@@ -122,27 +134,47 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
   });
 
   test("a migration embedded in this version that the database lacks", async () => {
-    const h = await createHarness();
+    const h = await createHarness({ metricsToken: METRICS_TOKEN });
     h.rt.deliveries.start();
     const last = MIGRATIONS.at(-1)!;
     await h.rt.db.run("DELETE FROM schema_migrations WHERE version = ?", [last.version]);
-    const res = await call(h.app, "GET", "/readyz");
+    const [res, trusted] = await readyz(h);
     expectProblem(res, 503, "not-ready");
-    expect(res.body.checks).toEqual({ database: "ok", migrations: `pending: ${last.name}`, delivery_loop: "ok" });
-    expect(res.body.detail).toBe(`Not ready: migrations: pending: ${last.name}.`);
+    expect(res.body.checks).toEqual({ database: "ok", migrations: "pending-migrations", delivery_loop: "ok" });
+    expect(res.body.detail).toBe("Not ready: migrations: pending-migrations. The service's log says why.");
+    expect({ reasons: trusted.body.reasons, detail: trusted.body.detail }).toEqual({ reasons: { migrations: `pending: ${last.name}` }, detail: `Not ready: migrations: pending: ${last.name}.` });
     await h.rt.deliveries.stop(0);
     await h.close();
   });
 
   test("a migration a newer crm applied under the running instance (started beside it)", async () => {
-    const h = await createHarness();
+    const h = await createHarness({ metricsToken: METRICS_TOKEN });
     h.rt.deliveries.start();
     await h.rt.db.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (9999, '9999_from_the_future.sql', 0)");
-    const res = await call(h.app, "GET", "/readyz");
+    const [res, trusted] = await readyz(h);
     expectProblem(res, 503, "not-ready");
-    expect(res.body.checks).toEqual({ database: "ok", migrations: "migrated by a newer crm: 9999_from_the_future.sql", delivery_loop: "ok" });
+    expect(res.body.checks).toEqual({ database: "ok", migrations: "newer-migrations", delivery_loop: "ok" });
+    expect(trusted.body.reasons).toEqual({ migrations: "migrated by a newer crm: 9999_from_the_future.sql" });
     await h.rt.deliveries.stop(0);
     await h.close();
+  });
+
+  test("over HTTP: without a metrics token, a loopback client gets the reasons, one a proxy relayed the codes only; with one, only a request carrying it gets them", async () => {
+    const last = MIGRATIONS.at(-1)!;
+    for (const metricsToken of ["", METRICS_TOKEN]) {
+      const server = await listen({ metricsToken });
+      try {
+        await server.runtime.db.run("DELETE FROM schema_migrations WHERE version = ?", [last.version]);
+        const ask = async (headers: Record<string, string> = {}) => (await fetch(`${server.url}/readyz`, { headers })).json();
+        const codes = { checks: { database: "ok", migrations: "pending-migrations", delivery_loop: "ok" } };
+        const reasons = { ...codes, reasons: { migrations: `pending: ${last.name}` } };
+        const answers = metricsToken ? [ask(), ask({ authorization: `Bearer ${METRICS_TOKEN}` })] : [ask(), ask({ "x-forwarded-for": "203.0.113.7" })];
+        const [first, second] = (await Promise.all(answers)).map(({ checks, reasons }) => ({ checks, ...(reasons ? { reasons } : {}) }));
+        expect([first, second]).toEqual(metricsToken ? [codes, reasons] : [reasons, codes]);
+      } finally {
+        await server.stop();
+      }
+    }
   });
 });
 

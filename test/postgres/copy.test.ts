@@ -199,10 +199,11 @@ describe("copy-to-postgres: refusals", () => {
     expect(res.stderr).toStartWith(`crm: no database at ${databaseFile(empty)}`);
   });
 
-  test("--help prints the command's usage", () => {
+  test("--help prints the command's usage, the URL with its password in the environment: an argument shows in ps for the whole copy", () => {
     const res = crm(["copy-to-postgres", "--help"]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({ exitCode: 0, stdout: COPY_USAGE, stderr: "" });
-    expect(COPY_USAGE).toStartWith("usage: crm copy-to-postgres --database-url postgres://USER:PASSWORD@HOST:PORT/DATABASE [--data-dir DIR]\n");
+    expect(COPY_USAGE).toStartWith("usage: CRM_DATABASE_URL=postgres://USER:PASSWORD@HOST:PORT/DATABASE crm copy-to-postgres [--data-dir DIR]\n");
+    expect(COPY_USAGE).not.toContain("--database-url postgres://");
   });
 });
 

@@ -303,12 +303,13 @@ describe("database down", () => {
     const refused = await create();
     expect({ status: refused.status, retryAfter: refused.headers.get("retry-after"), body: await refused.json() }).toEqual({ status: 503, retryAfter: "5", body: UNAVAILABLE });
     const ready = await fetch(`${server.url}/readyz`);
-    const readiness = (await ready.json()) as { type: string; checks: Record<string, string> };
-    expect({ status: ready.status, type: readiness.type, database: readiness.checks.database, migrations: readiness.checks.migrations }).toEqual({
+    // A loopback client, as /metrics answers one, gets the reasons beside the checks' codes.
+    const readiness = (await ready.json()) as { type: string; checks: Record<string, string>; reasons: Record<string, string> };
+    expect({ status: ready.status, type: readiness.type, checks: readiness.checks, reasons: readiness.reasons }).toEqual({
       status: 503,
       type: "urn:crm:problem:not-ready",
-      database: "Failed to connect",
-      migrations: "Failed to connect",
+      checks: { database: "unavailable", migrations: "unavailable", delivery_loop: "ok" },
+      reasons: { database: "Failed to connect", migrations: "Failed to connect" },
     });
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
     // The scrape still answers: the process's own metrics, and the database's gauges marked missing.
@@ -373,16 +374,17 @@ describe("database down", () => {
     relay.stall();
     const readyz = async () => {
       const response = await fetch(`${server.url}/readyz`);
-      return { status: response.status, checks: ((await response.json()) as { checks: Record<string, string> }).checks };
+      // A loopback client, as /metrics answers one, gets the reasons.
+      return { status: response.status, reasons: ((await response.json()) as { reasons?: Record<string, string> }).reasons ?? {} };
     };
     // stall() closes the open connections: a check that takes one before the instance has seen it close fails at once; the next ones wait.
     let ready = await readyz();
-    if (Object.values(ready.checks).includes("Connection closed")) ready = await readyz();
+    if (Object.values(ready.reasons).includes("Connection closed")) ready = await readyz();
     // A check ends at its own 3 s deadline, or sooner when the instance gives up on a statement it
     // sent before the stall (the 5 s answer timeout fails whatever waits then): either way, the
     // answer says the database is silent and comes within the 3 s, not after the 10 s connect timeout.
     const silent = (verdict: string | undefined) => (verdict === "no answer within 3 s" || verdict === "PostgreSQL did not answer within 5 s" ? "silent" : verdict);
-    expect({ status: ready.status, database: silent(ready.checks.database), migrations: silent(ready.checks.migrations) }).toEqual({
+    expect({ status: ready.status, database: silent(ready.reasons.database), migrations: silent(ready.reasons.migrations) }).toEqual({
       status: 503,
       database: "silent",
       migrations: "silent",
@@ -980,7 +982,8 @@ describe("database refusing work", () => {
     }, "a request to meet the missing tables", server.proc);
     expect(new Set(seen)).toEqual(new Set([`503 ${UNAVAILABLE.type} 5`]));
     const ready = await fetch(`${server.url}/readyz`);
-    expect({ status: ready.status, migrations: (await ready.json()).checks.migrations }).toEqual({ status: 503, migrations: missing });
+    const readiness = await ready.json();
+    expect({ status: ready.status, migrations: readiness.checks.migrations, reason: readiness.reasons.migrations }).toEqual({ status: 503, migrations: "tables-missing", reason: missing });
     expect(await refusalsSeen(server, doomedToken, 3)).toEqual(Array(3).fill(`503 ${UNAVAILABLE.type} 5`));
     const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection|does not exist \(dropped/.test(`${line.error} ${line.msg}`));
     expect(lines.map((line) => line.msg)).toEqual([`${missing}; requests are refused (503 database-unavailable) until then`]);

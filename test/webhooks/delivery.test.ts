@@ -371,16 +371,25 @@ describe("webhook deliveries: failures and retries", () => {
     expect(attempt.response_headers).toMatchObject({ "retry-after": "3600" });
   });
 
-  test("redirects are not followed: a 3xx is a failed attempt that names the location", async () => {
-    h = await scope.harness({ retrySchedule: [] });
+  test("redirects are not followed: a 3xx is a failed attempt, whose Location is kept with its response headers and never logged", async () => {
+    const logs: string[] = [];
+    h = await scope.harness({ retrySchedule: [] }, { log: createLogger("warn", (line) => logs.push(line)) });
     const r = receiver();
     const elsewhere = receiver("/elsewhere");
-    r.respond(() => new Response(null, { status: 302, headers: { location: elsewhere.url } }));
+    // A moved receiver's new address carries its own credentials, as a target URL does: a path token, a signed query.
+    const location = `${elsewhere.url}/T0001/PathSecretXyZ123?sig=SignedQuerySecret456`;
+    r.respond(() => new Response(null, { status: 308, headers: { location } }));
     await h.subscribe(r.url, ["contact.created"]);
     await createContact();
     const [delivery] = await settledDeliveries(h);
-    expect(delivery).toMatchObject({ status: "failed", last_response_status: 302, last_error: `redirect to ${elsewhere.url} not followed; point the subscription at the final URL` });
+    const error = "redirect (308) not followed; point the subscription at the final URL, which the answer's Location header names";
+    expect(delivery).toMatchObject({ status: "failed", last_response_status: 308, last_error: error });
+    const [attempt] = (await h.delivery(delivery.id)).attempt_history;
+    expect({ error: attempt.error, location: attempt.response_headers.location }).toEqual({ error, location });
     expect(elsewhere.received).toEqual([]);
+    const line = await waitFor(() => logs.find((l) => l.includes('"msg":"webhook attempt"')), "the attempt's log line");
+    expect(JSON.parse(line).error).toBe(error);
+    expect(logs.filter((l) => l.includes("PathSecretXyZ123") || l.includes("SignedQuerySecret456"))).toEqual([]);
   });
 
   test("a 304 is a failed attempt like any answer that is not 2xx, not called a redirect", async () => {
@@ -418,7 +427,7 @@ describe("webhook deliveries: failures and retries", () => {
     expect({ status: delivery.status, attempts: delivery.attempts, last_error: delivery.last_error }).toEqual({
       status: "failed",
       attempts: 1,
-      last_error: `redirect to ${cut} not followed; point the subscription at the final URL`,
+      last_error: "redirect (302) not followed; point the subscription at the final URL, which the answer's Location header names",
     });
     const [attempt] = (await h.delivery(delivery.id)).attempt_history;
     expect(attempt.response_headers).toEqual({ location: cut, server: `${"s".repeat(159)}…`, "content-length": "0" });
