@@ -6798,7 +6798,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     /** @description Further properties given on create or update are returned as given. */
@@ -6907,7 +6907,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     /** @description Further properties given on create or update are returned as given. */
@@ -7016,7 +7016,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7062,7 +7062,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7116,7 +7116,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7170,7 +7170,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7216,7 +7216,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7258,7 +7258,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7310,7 +7310,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
