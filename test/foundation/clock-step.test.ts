@@ -25,10 +25,10 @@ afterEach(async () => {
   await h.close();
 });
 
-/** reopen opens the harness's database again and serves the API on it, with the harness's token. */
-async function reopen(): Promise<App> {
+/** reopen opens the harness's database again and serves the API on it, with the harness's token, logging to `log` (the lines it is given) when given. */
+async function reopen(log?: string[]): Promise<App> {
   const db = await openBackend(h.rt.config);
-  const rt = await createRuntime({ db, config: h.rt.config, log: createLogger("error") });
+  const rt = await createRuntime({ db, config: h.rt.config, log: log ? createLogger("warn", (line) => void log.push(line)) : createLogger("error") });
   reopened = { app: createApp(rt), close: () => db.close() };
   return reopened.app;
 }
@@ -156,4 +156,39 @@ test("after a step back, a change's event and deliveries are dated by the wall c
   await updateDeliveryAfterAttempt(h.rt.db, { id: delivery.id, status: "failed", attempts: 9, next_attempt_at: null, last_response_status: 503, last_error: null, recovered_at: null, updated_at: Date.now() });
   const recovered = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription}/recover`, { body: { since: new Date(before - 600_000).toISOString() } });
   expect({ status: recovered.status, queued: recovered.body.data.queued }).toEqual({ status: 202, queued: 1 });
+});
+
+test("a stamp stored more than a day ahead is not followed, and is logged once; the clock standing more than a minute ahead is logged once a minute", async () => {
+  const post = async (first_name: string) => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data.id as string;
+  const [wrong, fast] = [await post("Stamped by a clock ten years ahead"), await post("Stamped by a clock 2 minutes ahead")];
+  const tenYears = Date.now() + 3_652 * 86_400_000;
+  const twoMinutes = Date.now() + AHEAD_MS;
+  await h.rt.db.write(async (tx) => {
+    await tx.run("UPDATE contacts SET updated_at = ? WHERE id = ?", [tenYears, wrong]);
+    await tx.run("UPDATE contacts SET updated_at = ? WHERE id = ?", [twoMinutes, fast]);
+  });
+
+  // Restarted with the clock right: the stamp 2 minutes ahead is followed, the one ten years ahead is not.
+  const lines: string[] = [];
+  const app = await reopen(lines);
+  const made: string[] = [];
+  for (let i = 0; i < 3; i++) made.push((await call(app, "POST", "/public/v1/contacts", { first_name: `After ${i}` })).body.data.created_at);
+  expect(made).toEqual(made.map(() => new Date(twoMinutes).toISOString()));
+  expect(lines.map((line) => JSON.parse(line)).map(({ time, level, msg, ahead_ms, ...fields }) => ({ level, msg, ...fields, ahead: ahead_ms > 60_000 }))).toEqual([
+    {
+      level: "warn",
+      msg: "a change stamp stored more than a day ahead of this clock is not followed: a clock that was wrong wrote it, and changes are stamped below it from now on; correct it and have pollers start again (Keeping another system in step, in the README)",
+      table: "contacts",
+      column: "updated_at",
+      stamp: new Date(tenYears).toISOString(),
+      ahead: true,
+    },
+    {
+      level: "warn",
+      msg: "changes are stamped ahead of this clock, at a later time it showed before it was stepped back or a stamp stored, until it catches up",
+      stamp: new Date(twoMinutes).toISOString(),
+      from: "contacts.updated_at",
+      ahead: true,
+    },
+  ]);
 });
