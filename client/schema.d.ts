@@ -6802,7 +6802,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     /** @description Further properties given on create or update are returned as given. */
@@ -6911,7 +6911,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     /** @description Further properties given on create or update are returned as given. */
@@ -7020,7 +7020,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7066,7 +7066,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7120,7 +7120,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7174,7 +7174,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7220,7 +7220,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7262,7 +7262,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {
@@ -7314,7 +7314,7 @@ export interface operations {
                     event_id: string;
                     /**
                      * Format: date-time
-                     * @description When the event happened.
+                     * @description When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up).
                      */
                     timestamp: string;
                     data: {

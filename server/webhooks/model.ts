@@ -285,7 +285,7 @@ const payloadOf = (type: EventType, data: ReturnType<typeof t.Object>, descripti
     {
       type: t.Literal(type),
       event_id: t.String({ pattern: "^evt_[0-9A-Z]{26}$", description: "The event's id: the same in every subscription's copy (webhook-id is per delivery). Drop an event_id seen before." }),
-      timestamp: t.String({ format: "date-time", description: "When the event happened." }),
+      timestamp: t.String({ format: "date-time", description: "When the event happened: for a change of a contact or account, its stamp, the updated_at or deleted_at in data (ahead of the delivery's created_at while a clock stepped back catches up)." }),
       data: data,
     },
     { additionalProperties: false, description },

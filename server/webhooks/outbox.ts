@@ -4,42 +4,55 @@ import { toTimestamp } from "../shared/time.ts";
 import type { EventType } from "./model.ts";
 import { findActiveSubscriptionsForEvent, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
 
-function newEventRow(type: EventType, data: unknown, requestId: string | null, now: number): EventRow {
-  const id = newId("evt", now);
+/**
+ * newEventRow makes an event that happened at `happenedAt`, its payload's `timestamp`, dated `at`.
+ * A change's event happened at the change's stamp (the change clock's), which is its record's
+ * updated_at or deleted_at in `data`: a receiver that also polls compares the two. The row, and
+ * its id, are dated `at` (datedAt), as its deliveries are.
+ */
+function newEventRow(type: EventType, data: unknown, requestId: string | null, happenedAt: number, at: number): EventRow {
+  const id = newId("evt", at);
   // event_id is the same in every subscription's copy, unlike webhook-id, so receivers can de-duplicate across subscriptions.
   // The request id stays out of the body: every subscriber would be sent the ids another client chose for its requests.
-  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(now), data }), request_id: requestId, created_at: now };
+  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(happenedAt), data }), request_id: requestId, created_at: at };
 }
 
-function newDueDelivery(eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number) {
-  // Due by the wall clock, not later: a change stamped by a change clock that stands ahead of a
-  // clock stepped back (db/change-clock.ts) is still sent at once, while the loop keeps judging
-  // what is due, retries included, by the clock it reads.
-  const due = Math.min(now, Date.now());
-  return { id: newId("dlv", now), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: due, created_at: now };
+/** newDueDelivery makes a delivery created, and due, at `at` (datedAt, no later than the wall clock): sent at once, while the loop goes on judging what is due, retries included, by the clock it reads. */
+function newDueDelivery(eventId: string, type: EventType, subscription: { id: string; target_url: string }, at: number) {
+  return { id: newId("dlv", at), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: at, created_at: at };
 }
 
-async function insertEventRow(db: Db, type: EventType, data: unknown, requestId: string | null, now: number): Promise<string> {
-  const event = newEventRow(type, data, requestId, now);
+async function insertEventRow(db: Db, type: EventType, data: unknown, requestId: string | null, happenedAt: number, at: number): Promise<string> {
+  const event = newEventRow(type, data, requestId, happenedAt, at);
   await insertEvent(db, event);
   return event.id;
 }
 
-async function insertDueDelivery(db: Db, eventId: string, type: EventType, subscription: { id: string; target_url: string }, now: number): Promise<string> {
-  const delivery = newDueDelivery(eventId, type, subscription, now);
+async function insertDueDelivery(db: Db, eventId: string, type: EventType, subscription: { id: string; target_url: string }, at: number): Promise<string> {
+  const delivery = newDueDelivery(eventId, type, subscription, at);
   await insertDelivery(db, delivery);
   return delivery.id;
 }
 
 /**
- * recordEvent writes an event and one delivery per active subscription that wants it; call it
- * inside the transaction of the change it describes, so the change and its deliveries commit together.
- * `requestId` is the id of the request (API or console) that made the change, null for a change no
- * request made (the delivery loop's, a command's).
+ * datedAt returns when an event that happened at `happenedAt` and its deliveries are dated: then,
+ * or the wall clock's now if earlier. The change clock stands ahead of a clock stepped back, and a
+ * row dated there would be outside what goes by the wall clock (the backlog's age, the attempt
+ * log's event_age_ms, recovery windows, the history's retention) until the clock catches up.
  */
-export async function recordEvent(db: Db, type: EventType, data: unknown, requestId: string | null, now = Date.now()): Promise<string> {
-  const eventId = await insertEventRow(db, type, data, requestId, now);
-  for (const subscription of await findActiveSubscriptionsForEvent(db, type)) await insertDueDelivery(db, eventId, type, subscription, now);
+const datedAt = (happenedAt: number) => Math.min(happenedAt, Date.now());
+
+/**
+ * recordEvent writes an event that happened at `happenedAt` (a change's stamp) and one delivery per
+ * active subscription that wants it, both dated by datedAt; call it inside the transaction
+ * of the change it describes, so the change and its deliveries commit together. `requestId` is the
+ * id of the request (API or console) that made the change, null for a change no request made (the
+ * delivery loop's, a command's).
+ */
+export async function recordEvent(db: Db, type: EventType, data: unknown, requestId: string | null, happenedAt = Date.now()): Promise<string> {
+  const at = datedAt(happenedAt);
+  const eventId = await insertEventRow(db, type, data, requestId, happenedAt, at);
+  for (const subscription of await findActiveSubscriptionsForEvent(db, type)) await insertDueDelivery(db, eventId, type, subscription, at);
   return eventId;
 }
 
@@ -48,15 +61,17 @@ export async function recordEvent(db: Db, type: EventType, data: unknown, reques
  * recordEvent does for one, in a few statements of many rows: a set-wise change (an account's
  * deletion, which changes every linked contact) would otherwise make two round trips a row.
  */
-export async function recordEvents(db: Db, type: EventType, datas: unknown[], requestId: string | null, now = Date.now()): Promise<void> {
+export async function recordEvents(db: Db, type: EventType, datas: unknown[], requestId: string | null, happenedAt = Date.now()): Promise<void> {
+  const at = datedAt(happenedAt);
   const subscriptions = await findActiveSubscriptionsForEvent(db, type);
-  const events = datas.map((data) => newEventRow(type, data, requestId, now));
+  const events = datas.map((data) => newEventRow(type, data, requestId, happenedAt, at));
   await insertEvents(db, events);
-  await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, now))));
+  await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, at))));
 }
 
 /** recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the given subscription only. */
-export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, now = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
-  const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, requestId, now);
-  return { event_id: eventId, delivery_id: await insertDueDelivery(db, eventId, "webhook.ping", subscription, now) };
+export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
+  const at = datedAt(happenedAt);
+  const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, requestId, happenedAt, at);
+  return { event_id: eventId, delivery_id: await insertDueDelivery(db, eventId, "webhook.ping", subscription, at) };
 }

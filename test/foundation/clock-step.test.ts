@@ -2,6 +2,8 @@ import { afterEach, beforeEach, expect, test } from "bun:test";
 import { createApp, createRuntime, type App } from "../../server/app.ts";
 import { openBackend } from "../../server/db/backend.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { deliveryQueueStats } from "../../server/webhooks/service.ts";
+import { updateDeliveryAfterAttempt } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addStoredSubscription } from "../webhooks/support.ts";
 
@@ -23,10 +25,10 @@ afterEach(async () => {
   await h.close();
 });
 
-/** reopen opens the harness's database again and serves the API on it, with the harness's token. */
-async function reopen(): Promise<App> {
+/** reopen opens the harness's database again and serves the API on it, with the harness's token, logging to `log` (the lines it is given) when given. */
+async function reopen(log?: string[]): Promise<App> {
   const db = await openBackend(h.rt.config);
-  const rt = await createRuntime({ db, config: h.rt.config, log: createLogger("error") });
+  const rt = await createRuntime({ db, config: h.rt.config, log: log ? createLogger("warn", (line) => void log.push(line)) : createLogger("error") });
   reopened = { app: createApp(rt), close: () => db.close() };
   return reopened.app;
 }
@@ -108,12 +110,12 @@ test("after the clock is stepped back, changes and deletions are stamped no earl
   const deletions = await Promise.all(["contacts", "accounts", "users"].map((resource) => readAll(app, `/public/v1/${resource}/deleted?since=${encodeURIComponent(start)}`)));
   expect(deletions.flat().map((row) => row.deleted_at)).toEqual(deletions.flat().map(() => fastStamp));
 
-  // A change's deliveries carry its stamp but are due by the wall clock: sent at once, not after
-  // the step, while the loop goes on judging retries by the clock it reads.
+  // A change's deliveries are dated, and due, by the wall clock: sent at once, not after the
+  // step, while the loop goes on judging retries by the clock it reads.
   const made = await call(app, "POST", "/public/v1/contacts", { first_name: "Made after the step" });
   expect({ status: made.status, created_at: made.body.data.created_at }).toEqual({ status: 201, created_at: fastStamp });
   const delivery = await h.rt.db.get<{ created_at: number; next_attempt_at: number }>("SELECT d.created_at, d.next_attempt_at FROM webhook_deliveries d JOIN events e ON e.id = d.event_id WHERE e.payload LIKE ?", [`%${made.body.data.id}%`]);
-  expect(Number(delivery?.created_at)).toBe(fast);
+  expect(Number(delivery?.created_at)).toBeLessThanOrEqual(Date.now());
   expect(Number(delivery?.next_attempt_at)).toBeLessThanOrEqual(Date.now());
 
   // Those sharing a stamp are listed by id; the next round lists every change and deletion made after the step.
@@ -124,4 +126,69 @@ test("after the clock is stepped back, changes and deletions are stamped no earl
     accounts: { changed: sorted(fastAccount, account), deleted: [doomedAccount] },
     users: { changed: sorted(fastUser, user), deleted: sorted(goneUser, doomedUser) },
   });
+});
+
+test("after a step back, a change's event and deliveries are dated by the wall clock, so the backlog's age and a recovery's window see them, and the event's timestamp is its change's stamp", async () => {
+  const stepMs = 3_600_000;
+  const subscription = await addStoredSubscription(h.rt.db, Date.now());
+  const before = Date.now();
+  // The wall clock stepped back by an hour: the change clock stands an hour ahead of it.
+  h.rt.db.changeClock.raise(before + stepMs);
+  const made = await h.json("POST", "/public/v1/contacts", { body: { first_name: "During the stand-still" } });
+  const after = Date.now();
+  const event = (await h.rt.db.get<{ id: string; payload: string; created_at: number }>("SELECT id, payload, created_at FROM events WHERE subject_id = ?", [made.body.data.id]))!;
+  const delivery = (await h.rt.db.get<{ id: string; created_at: number; next_attempt_at: number }>("SELECT id, created_at, next_attempt_at FROM webhook_deliveries WHERE event_id = ?", [event.id]))!;
+  const byWallClock = (ms: number) => Number(ms) >= before && Number(ms) <= after;
+  const stamp = new Date(before + stepMs).toISOString();
+  expect({
+    updated_at: made.body.data.updated_at,
+    timestamp: JSON.parse(event.payload).timestamp,
+    event: byWallClock(event.created_at),
+    delivery: byWallClock(delivery.created_at),
+    due: byWallClock(delivery.next_attempt_at),
+  }).toEqual({ updated_at: stamp, timestamp: stamp, event: true, delivery: true, due: true });
+
+  // crm_webhook_oldest_pending_age_seconds: not below zero, so the backlog alert can fire.
+  const queue = await deliveryQueueStats(h.rt.db);
+  expect({ pending: queue.pending, aged: queue.oldest_pending_age_ms! >= 0 }).toEqual({ pending: 1, aged: true });
+
+  // Failed for good (its receiver down), it is in a recovery of the last 10 minutes.
+  await updateDeliveryAfterAttempt(h.rt.db, { id: delivery.id, status: "failed", attempts: 9, next_attempt_at: null, last_response_status: 503, last_error: null, recovered_at: null, updated_at: Date.now() });
+  const recovered = await h.json("POST", `/public/v1/webhook-subscriptions/${subscription}/recover`, { body: { since: new Date(before - 600_000).toISOString() } });
+  expect({ status: recovered.status, queued: recovered.body.data.queued }).toEqual({ status: 202, queued: 1 });
+});
+
+test("a stamp stored more than a day ahead is not followed, and is logged once; the clock standing more than a minute ahead is logged once a minute", async () => {
+  const post = async (first_name: string) => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data.id as string;
+  const [wrong, fast] = [await post("Stamped by a clock ten years ahead"), await post("Stamped by a clock 2 minutes ahead")];
+  const tenYears = Date.now() + 3_652 * 86_400_000;
+  const twoMinutes = Date.now() + AHEAD_MS;
+  await h.rt.db.write(async (tx) => {
+    await tx.run("UPDATE contacts SET updated_at = ? WHERE id = ?", [tenYears, wrong]);
+    await tx.run("UPDATE contacts SET updated_at = ? WHERE id = ?", [twoMinutes, fast]);
+  });
+
+  // Restarted with the clock right: the stamp 2 minutes ahead is followed, the one ten years ahead is not.
+  const lines: string[] = [];
+  const app = await reopen(lines);
+  const made: string[] = [];
+  for (let i = 0; i < 3; i++) made.push((await call(app, "POST", "/public/v1/contacts", { first_name: `After ${i}` })).body.data.created_at);
+  expect(made).toEqual(made.map(() => new Date(twoMinutes).toISOString()));
+  expect(lines.map((line) => JSON.parse(line)).map(({ time, level, msg, ahead_ms, ...fields }) => ({ level, msg, ...fields, ahead: ahead_ms > 60_000 }))).toEqual([
+    {
+      level: "warn",
+      msg: "a change stamp stored more than a day ahead of this clock is not followed: a clock that was wrong wrote it, and changes are stamped below it from now on; correct it and have pollers start again (Keeping another system in step, in the README)",
+      table: "contacts",
+      column: "updated_at",
+      stamp: new Date(tenYears).toISOString(),
+      ahead: true,
+    },
+    {
+      level: "warn",
+      msg: "changes are stamped ahead of this clock, at a later time it showed before it was stepped back or a stamp stored, until it catches up",
+      stamp: new Date(twoMinutes).toISOString(),
+      from: "contacts.updated_at",
+      ahead: true,
+    },
+  ]);
 });
