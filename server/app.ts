@@ -61,6 +61,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   db.changeClock.logTo(log);
+  await db.changeClock.seedAtStart(db);
   if (db.dialect === "postgres") db.logLocksTo(log);
   const metrics = new Metrics();
   const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows, stoppedSweepMs });

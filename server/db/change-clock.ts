@@ -55,6 +55,22 @@ export class ChangeClock {
     this.log = log;
   }
 
+  /**
+   * seedAtStart seeds the mark when a service starts, in a read of its own, so that a serving
+   * instance's first write reads no table but its own: seeded in that write, a create of an
+   * account would wait on a lock another session holds on contacts. Refused (a table locked just
+   * then), the first write seeds it instead.
+   */
+  async seedAtStart(db: Db): Promise<void> {
+    if (this.seeded) return;
+    try {
+      await this.seed(db);
+      this.seeded = true;
+    } catch {
+      // The first write's stamp seeds it.
+    }
+  }
+
   /** now reads the wall clock, or returns the latest time read or raised to before, when the clock shows less. */
   now(): number {
     return this.follow(this.read());
