@@ -2,7 +2,7 @@ import type { Db } from "../db/sql.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { EventType } from "./model.ts";
-import { findActiveSubscriptionsForEvent, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
+import { findActiveSubscriptionsForEvent, findEarliestPendingDueTime, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
 
 function newEventRow(type: EventType, data: unknown, requestId: string | null, now: number): EventRow {
   const id = newId("evt", now);
@@ -51,8 +51,16 @@ export async function recordEvents(db: Db, type: EventType, datas: unknown[], re
   await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, now))));
 }
 
-/** recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the given subscription only. */
+/**
+ * recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the
+ * given subscription only, due just before the subscription's earliest pending delivery: a test
+ * asks whether the receiver answers now, so the next claim for the subscription sends it ahead of
+ * a backlog (within the subscription's caps and max_rate, as any delivery).
+ */
 export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, now = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
   const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, requestId, now);
-  return { event_id: eventId, delivery_id: await insertDueDelivery(db, eventId, "webhook.ping", subscription, now) };
+  const earliest = await findEarliestPendingDueTime(db, subscription.id);
+  const delivery = { ...newDueDelivery(eventId, "webhook.ping", subscription, now), next_attempt_at: earliest === null ? now : Math.min(now, earliest - 1) };
+  await insertDelivery(db, delivery);
+  return { event_id: eventId, delivery_id: delivery.id };
 }

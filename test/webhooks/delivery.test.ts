@@ -127,6 +127,24 @@ describe("webhook deliveries: happy paths", () => {
   });
 });
 
+describe("webhook deliveries: a test event", () => {
+  test("POST /:id/test goes ahead of the subscription's backlog: with max_rate 2 and 20 deliveries waiting, the ping is sent first (s35 fan-out audit)", async () => {
+    h = await scope.harness({ rateWriteBurst: 1000 });
+    const r = receiver("/paced");
+    const sub = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: r.url, events: ["contact.created"], max_rate: 2 } });
+    expect(sub.status).toBe(201);
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 20 }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.body.data.id}/test`);
+    expect(ping.status).toBe(202);
+    h.rt.deliveries.start();
+    await waitFor(() => r.received.length >= 2, "the first two requests");
+    expect(r.received.slice(0, 2).map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created"]);
+    expect(await h.delivery(ping.body.data.delivery_id)).toMatchObject({ event_type: "webhook.ping", status: "succeeded", attempts: 1 });
+  });
+});
+
 /** waitForDeliveries polls the delivery list until `check` returns something truthy. */
 async function waitForDeliveries<T>(harness: WebhookHarness, check: (list: any[]) => T | false | undefined): Promise<T> {
   for (let i = 0; i < 2000; i++) {
