@@ -537,7 +537,7 @@ export interface paths {
         put?: never;
         /**
          * Send a test event
-         * @description Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{deliveryId}.
+         * @description Sends a webhook.ping event ({subscription_id}) to this subscription only, ahead of its deliveries waiting (within its max_rate and its attempts at once). Follow it with GET /webhook-deliveries/{deliveryId}.
          */
         post: operations["sendWebhookTestEvent"];
         delete?: never;

@@ -2,7 +2,7 @@ import type { Db } from "../db/sql.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
 import type { EventType } from "./model.ts";
-import { findActiveSubscriptionsForEvent, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
+import { findActiveSubscriptionsForEvent, findEarliestPendingDueTime, insertDeliveries, insertDelivery, insertEvent, insertEvents, type EventRow } from "./store.ts";
 
 /**
  * newEventRow makes an event that happened at `happenedAt`, its payload's `timestamp`, dated `at`.
@@ -69,9 +69,17 @@ export async function recordEvents(db: Db, type: EventType, datas: unknown[], re
   await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, at))));
 }
 
-/** recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the given subscription only. */
+/**
+ * recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the
+ * given subscription only, due just before the subscription's earliest pending delivery: a test
+ * asks whether the receiver answers now, so the next claim for the subscription sends it ahead of
+ * a backlog (within the subscription's caps and max_rate, as any delivery).
+ */
 export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
   const at = datedAt(happenedAt);
   const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, requestId, happenedAt, at);
-  return { event_id: eventId, delivery_id: await insertDueDelivery(db, eventId, "webhook.ping", subscription, at) };
+  const earliest = await findEarliestPendingDueTime(db, subscription.id);
+  const delivery = { ...newDueDelivery(eventId, "webhook.ping", subscription, at), next_attempt_at: earliest === null ? at : Math.min(at, earliest - 1) };
+  await insertDelivery(db, delivery);
+  return { event_id: eventId, delivery_id: delivery.id };
 }

@@ -140,7 +140,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "sendWebhookTestEvent",
         summary: "Send a test event",
-        description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, at once. Follow it with GET /webhook-deliveries/{deliveryId}.",
+        description: "Sends a webhook.ping event ({subscription_id}) to this subscription only, ahead of its deliveries waiting (within its max_rate and its attempts at once). Follow it with GET /webhook-deliveries/{deliveryId}.",
         tags: subscriptionTags,
         ...secured,
       },

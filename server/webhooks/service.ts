@@ -623,7 +623,7 @@ export function webhooksDocument(): Record<string, unknown> {
   );
 }
 
-/** sendTestEvent writes a webhook.ping event, made by the request `requestId`, with one delivery to this subscription only; the loop sends it at once. */
+/** sendTestEvent writes a webhook.ping event, made by the request `requestId`, with one delivery to this subscription only; the loop sends it ahead of the subscription's backlog (recordPing). */
 export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ delivery_id: string; event_id: string }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();

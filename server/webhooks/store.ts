@@ -699,6 +699,13 @@ export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTim
   );
 }
 
+/** findEarliestPendingDueTime returns when the subscription's earliest pending delivery is due, leased or not; null when none is pending. */
+export async function findEarliestPendingDueTime(db: Db, subscriptionId: string): Promise<number | null> {
+  const deliveries = deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription");
+  const row = await db.get<{ due: number | null }>(`SELECT min(next_attempt_at) AS due FROM ${deliveries} WHERE subscription_id = ? AND status = 'pending'`, [subscriptionId]);
+  return row?.due ?? null;
+}
+
 /** SharedClaimSubscription is a subscription with due deliveries, locked for one claim, with what its caps need. */
 export interface SharedClaimSubscription {
   id: string;

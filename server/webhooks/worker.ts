@@ -48,6 +48,20 @@ export const MAX_PER_SUBSCRIPTION = 32;
  */
 export const GUARANTEED_PER_SUBSCRIPTION = 1;
 /**
+ * RESERVED_SLOTS are the last of an instance's MAX_IN_FLIGHT slots, kept for subscriptions with
+ * fewer than RESERVED_SHARE requests open there: a subscription with more starts another only while
+ * fewer than MAX_IN_FLIGHT - RESERVED_SLOTS requests are open. Receivers that hang or answer slowly
+ * hold their slots until their attempts end, so at MAX_PER_SUBSCRIPTION each a few would otherwise
+ * fill every slot, and leave every other subscription its guaranteed share alone. Counted in open
+ * requests, not in attempts under way: an attempt whose answer is in and waits to be recorded
+ * holds no receiver up, and counting it would keep healthy receivers out of the slots past the
+ * reserve whenever the database is slow to commit.
+ */
+export const RESERVED_SLOTS = 32;
+/** RESERVED_SHARE is how many requests a subscription may have open in the RESERVED_SLOTS: a healthy receiver beside hung ones still gets that many at once. */
+export const RESERVED_SHARE = 4;
+if (RESERVED_SHARE < GUARANTEED_PER_SUBSCRIPTION) throw new Error("a subscription's share of the reserved slots is less than its guaranteed share");
+/**
  * BUN_FETCH_LIMIT is how many requests Bun's fetch sends at once: BUN_CONFIG_MAX_HTTP_REQUESTS,
  * 256 by default, read once when the process starts (checkFetchLimit refuses less than the loop
  * needs). One more waits inside Bun's HTTP client with its attempt's timeout already running, so a
@@ -85,16 +99,44 @@ export function checkFetchLimit(value: string | undefined): void {
   );
 }
 /**
- * REFILL is the fewest free slots worth a claim while attempts are running: a busy receiver is
- * topped up in batches (each claim and each commit costs the same for 1 row as for 8), an idle
- * one is served at once.
+ * REFILL is the fewest slots a busy subscription is topped up with: a busy receiver is topped up
+ * in batches (each claim and each commit costs the same for 1 row as for 8), an idle one is
+ * served at once.
  */
 const REFILL = 8;
 /**
- * roomFor is how many more attempts a subscription with `running` may start when `free` slots are
- * left, and `spare` under MAX_SCHEDULED_ATTEMPTS (which only a guaranteed share can reach).
+ * ClaimRoom is what a claim round may still start: `free` slots of MAX_IN_FLIGHT, `spare` under
+ * MAX_SCHEDULED_ATTEMPTS (which only a guaranteed share can reach), and `open`, the requests open
+ * on this instance, its picks so far counted among them.
  */
-const roomFor = (running: number, free: number, spare: number) => Math.min(MAX_PER_SUBSCRIPTION - running, Math.max(free, GUARANTEED_PER_SUBSCRIPTION - running), spare);
+interface ClaimRoom {
+  free: number;
+  spare: number;
+  open: number;
+}
+/** pastReserve is how many attempts a subscription with RESERVED_SHARE requests open or more may start: free slots while fewer than MAX_IN_FLIGHT - RESERVED_SLOTS requests are open. */
+const pastReserve = ({ free, open }: ClaimRoom) => Math.min(free, MAX_IN_FLIGHT - RESERVED_SLOTS - open);
+/**
+ * roomFor is how many more attempts a subscription may start with `running` under way (on every
+ * instance, on PostgreSQL) and `openHere` of its requests open on this instance: the slots past the
+ * reserve, or free slots up to RESERVED_SHARE open, or its guaranteed share, and no more than its cap.
+ */
+const roomFor = (running: number, openHere: number, room: ClaimRoom) =>
+  Math.min(MAX_PER_SUBSCRIPTION - running, room.spare, Math.max(pastReserve(room), Math.min(room.free, RESERVED_SHARE - openHere), GUARANTEED_PER_SUBSCRIPTION - running));
+/**
+ * served tells whether a claim asks for a subscription's deliveries at all: one with fewer than
+ * RESERVED_SHARE requests open here (its guaranteed share among them) is served at once, a busy one
+ * only when it may be topped up by REFILL, so that each claim and commit for it is worth its cost.
+ */
+const served = (running: number, openHere: number, room: ClaimRoom) => openHere < RESERVED_SHARE || (running <= MAX_PER_SUBSCRIPTION - REFILL && pastReserve(room) >= REFILL);
+/** after is the room left once `picked` attempts are taken from it: each takes a slot, and opens a request. */
+const after = (room: ClaimRoom, picked: number): ClaimRoom => ({ free: room.free - picked, spare: room.spare - picked, open: room.open + picked });
+/**
+ * fewestFirst orders subscriptions by the attempts they run, keeping the given order (oldest due
+ * first) among equals: free slots go first to those running fewest, not to the oldest backlog,
+ * which is the slowest receiver's, since it is slow.
+ */
+const fewestFirst = <T>(subscriptions: T[], running: (subscription: T) => number): T[] => subscriptions.toSorted((a, b) => running(a) - running(b));
 
 /** LEASE_MARGIN_MS is how long past the request timeout a claimed delivery stays leased. */
 const LEASE_MARGIN_MS = 2000;
@@ -574,8 +616,7 @@ export class DeliveryLoop {
    */
   private async claimRound(): Promise<void> {
     const { db } = this.deps;
-    const free = MAX_IN_FLIGHT - this.inFlight.size;
-    const spare = MAX_SCHEDULED_ATTEMPTS - this.scheduledInFlight;
+    const room: ClaimRoom = { free: MAX_IN_FLIGHT - this.inFlight.size, spare: MAX_SCHEDULED_ATTEMPTS - this.scheduledInFlight, open: this.openRequests };
     // The time is read once the write holds the lock: after a wait behind another write (another
     // instance's, cut off from the database for seconds), a lease counted from before the wait
     // would end before its attempt's timeout, and another claim would send the delivery again.
@@ -586,9 +627,9 @@ export class DeliveryLoop {
       // change clock's time, which stands ahead of a clock stepped back: retries scheduled by the
       // wall clock would all be due at once, running a failing receiver's schedule in seconds.
       const at = { dueBy: Math.max(now, Date.now()), now };
-      return { now, ...(await (this.shared ? this.pickDueShared(tx, at, free, spare) : this.pickDue(tx, at, free, spare))) };
+      return { now, ...(await (this.shared ? this.pickDueShared(tx, at, room) : this.pickDue(tx, at, room))) };
     };
-    // Without REFILL free slots a claim still serves the subscriptions under their guaranteed share.
+    // Without REFILL slots past the reserve a claim still serves the subscriptions inside the reserve's share.
     const { now, picked, paced, rateWake, leftOver } = await db.write(claim);
     if (this.state !== "running") {
       // Stopped while the claim committed: the leases are released, nothing is sent.
@@ -601,18 +642,19 @@ export class DeliveryLoop {
       this.dispatch(due, "scheduled");
     }
     if (this.shared) void this.abortAttemptsOfMissedDeletes();
-    const othersWake = leftOver ? this.wakeOthersForLeftOver(free) : null;
+    const othersWake = leftOver ? this.wakeOthersForLeftOver(pastReserve(room)) : null;
     const times = [await findNextWakeTime(db, now), rateWake, othersWake, this.shared ? now + this.deps.sharedPollMs : null].filter((t) => t !== null);
     this.armTimer(times.length ? Math.min(...times) : null);
   }
 
   /**
    * wakeOthersForLeftOver wakes the other instances to take the due work a claim left: at once, or,
-   * when the claim had fewer than REFILL free slots, at most once every FULL_WAKE_INTERVAL_MS. It
-   * returns when to claim again to wake them (a wake-up put off), or null.
+   * when the claim had fewer than REFILL slots past the reserve (`pastReserve`: it could top up no
+   * busy subscription), at most once every FULL_WAKE_INTERVAL_MS. It returns when to claim again to
+   * wake them (a wake-up put off), or null.
    */
-  private wakeOthersForLeftOver(free: number): number | null {
-    const wait = free < REFILL ? this.othersWokenAt + FULL_WAKE_INTERVAL_MS - performance.now() : 0;
+  private wakeOthersForLeftOver(pastReserve: number): number | null {
+    const wait = pastReserve < REFILL ? this.othersWokenAt + FULL_WAKE_INTERVAL_MS - performance.now() : 0;
     if (wait > 0) return this.now() + wait;
     this.othersWokenAt = performance.now();
     this.wakeOthers();
@@ -632,37 +674,42 @@ export class DeliveryLoop {
 
   /**
    * pickDue selects up to `free` due deliveries, at most MAX_PER_SUBSCRIPTION in flight per
-   * subscription, oldest due first, and leases them; a subscription under GUARANTEED_PER_SUBSCRIPTION
-   * gets up to that many even without `free` slots, within `spare`. It asks subscription by subscription and
-   * skips those without REFILL free slots, so a backlog for one busy receiver is not even read.
+   * subscription, the RESERVED_SLOTS only for those with fewer than RESERVED_SHARE, and leases them;
+   * a subscription under GUARANTEED_PER_SUBSCRIPTION gets up to that many even without `free` slots,
+   * within `spare`. It asks subscription by subscription, those running fewest first, and skips
+   * those it would not serve (served), so a backlog for one busy receiver is not even read.
    * The reads and the lease are one write, so nothing else leases between them.
    * A subscription with a max_rate gets one attempt per 1/max_rate seconds, whatever the
    * attempt (first, retry, recovery): `rateWake` is when the next of them may start.
    */
-  private async pickDue(tx: Db, at: ClaimTimes, free: number, spare: number): Promise<Picks> {
+  private async pickDue(tx: Db, at: ClaimTimes, room: ClaimRoom): Promise<Picks> {
     const { now } = at;
     this.forgetPassedSlots(now);
     const { config } = this.deps;
-    const busiest = free >= REFILL ? MAX_PER_SUBSCRIPTION - REFILL : GUARANTEED_PER_SUBSCRIPTION - 1;
-    const saturated = [...this.perSubscription].filter(([, n]) => n > busiest).map(([id]) => id);
+    // Its requests open here are all a subscription has under way: one process delivers.
+    const running = (subscriptionId: string) => this.perSubscription.get(subscriptionId) ?? 0;
+    const saturated = [...this.perSubscription].filter(([, n]) => !served(n, n, room)).map(([id]) => id);
     const underWay = this.underWay();
     const picked: DueDelivery[] = [];
     const paced = new Map<string, number>();
     let rateWake: number | null = null;
-    for (const { id: subscriptionId, max_rate } of await findSubscriptionsWithDueDeliveries(tx, now, saturated)) {
-      let room = roomFor(this.perSubscription.get(subscriptionId) ?? 0, free - picked.length, spare - picked.length);
-      if (room <= 0) continue;
+    const due = await findSubscriptionsWithDueDeliveries(tx, now, saturated);
+    for (const { id: subscriptionId, max_rate } of fewestFirst(due, (s) => running(s.id))) {
+      const left = after(room, picked.length);
+      const n = running(subscriptionId);
+      let take = served(n, n, left) ? roomFor(n, n, left) : 0;
+      if (take <= 0) continue;
       if (max_rate !== null) {
         const slot = this.nextSlotOf(subscriptionId, 1000 / max_rate, now);
         if (slot > now) {
           if (slot !== Infinity) rateWake = rateWake === null ? slot : Math.min(rateWake, slot);
           continue;
         }
-        room = 1;
+        take = 1;
       }
-      const due = await findDueDeliveriesOf(tx, subscriptionId, at, room, underWay.get(subscriptionId));
-      if (max_rate !== null && due.length > 0) paced.set(subscriptionId, 1000 / max_rate);
-      picked.push(...due);
+      const deliveries = await findDueDeliveriesOf(tx, subscriptionId, at, take, underWay.get(subscriptionId));
+      if (max_rate !== null && deliveries.length > 0) paced.set(subscriptionId, 1000 / max_rate);
+      picked.push(...deliveries);
     }
     return { picked: await lease(tx, picked, now + config.deliveryTimeoutMs + LEASE_MARGIN_MS), paced, rateWake, leftOver: false };
   }
@@ -671,12 +718,14 @@ export class DeliveryLoop {
    * pickDueShared is pickDue for instances sharing a PostgreSQL database. The caps count what every
    * instance holds, read from the database under a lock on each subscription for the length of the
    * claim (another instance claiming for it at that moment is skipped; it serves the subscription):
-   * at most MAX_PER_SUBSCRIPTION unexpired leases per subscription, topped up in batches of REFILL;
+   * at most MAX_PER_SUBSCRIPTION unexpired leases per subscription, topped up in batches of REFILL,
+   * those with fewest first, this instance's RESERVED_SLOTS only for those with fewer than
+   * RESERVED_SHARE requests open here (this instance's slots: its own requests, in memory);
    * with a max_rate, one attempt per 1/max_rate seconds, through the next send time stored on the
    * subscription's pacing row, held at the lease's end until the attempt is sent (dispatch moves it).
    * The deliveries are locked as they are read (`SKIP LOCKED`), so no two claims take the same one.
    */
-  private async pickDueShared(tx: Db, at: ClaimTimes, free: number, spare: number): Promise<Picks> {
+  private async pickDueShared(tx: Db, at: ClaimTimes, room: ClaimRoom): Promise<Picks> {
     const { now } = at;
     this.forgetPassedSlots(now);
     const leaseUntil = now + this.deps.config.deliveryTimeoutMs + LEASE_MARGIN_MS;
@@ -685,20 +734,21 @@ export class DeliveryLoop {
     const paced = new Map<string, number>();
     let rateWake: number | null = null;
     let leftOver = false;
-    for (const subscription of await lockSubscriptionsWithDueDeliveries(tx, at)) {
-      if (subscription.leased > MAX_PER_SUBSCRIPTION - REFILL) continue;
-      const room = roomFor(subscription.leased, free - picked.length, spare - picked.length);
-      // Held below its cap by this instance's free slots, the subscription keeps due deliveries (it
-      // had one at least; a room filled may leave more) that an instance with room could send. One
-      // with a max_rate is sent one attempt at a time by design, and leaves none over.
-      const heldBelowCap = subscription.max_rate === null && room < MAX_PER_SUBSCRIPTION - subscription.leased;
-      if (room <= 0) {
+    for (const subscription of fewestFirst(await lockSubscriptionsWithDueDeliveries(tx, at), (s) => s.leased)) {
+      const left = after(room, picked.length);
+      const openHere = this.perSubscription.get(subscription.id) ?? 0;
+      const take = served(subscription.leased, openHere, left) ? roomFor(subscription.leased, openHere, left) : 0;
+      // Held below its cap by this instance's slots, the subscription keeps due deliveries (it had
+      // one at least; a room filled may leave more) that an instance with every slot free would
+      // send. One with a max_rate is sent one attempt at a time by design, and leaves none over.
+      const heldBelowCap = subscription.max_rate === null && subscription.leased <= MAX_PER_SUBSCRIPTION - REFILL && take < MAX_PER_SUBSCRIPTION - subscription.leased;
+      if (take <= 0) {
         leftOver ||= heldBelowCap;
         continue;
       }
       if (subscription.max_rate === null) {
-        const due = await findDueDeliveriesOf(tx, subscription.id, at, room, underWay.get(subscription.id));
-        leftOver ||= heldBelowCap && due.length === room;
+        const due = await findDueDeliveriesOf(tx, subscription.id, at, take, underWay.get(subscription.id));
+        leftOver ||= heldBelowCap && due.length === take;
         picked.push(...due);
         continue;
       }
@@ -774,6 +824,13 @@ export class DeliveryLoop {
   /** openSigningSecrets opens the secrets a delivery is signed with now: the current one and, in a rotation's grace period, the previous one (signingSecrets). */
   private openSigningSecrets(due: DueDelivery): string[] {
     return signingSecrets({ ...due, secret: due.secret! }, due.id, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
+  }
+
+  /** openRequests counts the requests open on this instance: the receiver slots held (holdReceiverSlot), manual attempts' too. */
+  private get openRequests(): number {
+    let open = 0;
+    for (const n of this.perSubscription.values()) open += n;
+    return open;
   }
 
   /** holdReceiverSlot counts an attempt about to start against its subscription's MAX_PER_SUBSCRIPTION, until freeReceiverSlot. */

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, RESERVED_SHARE } from "../../server/webhooks/worker.ts";
 import { tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "../webhooks/support.ts";
@@ -50,15 +50,16 @@ test("an instance whose slots are held full wakes an idle one, which sends a new
   const full = await instance(database.url);
   let idle: WebhookHarness | undefined;
   try {
-    for (let i = 0; i < MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION; i++) await full.subscribe(receiver(`/slow-${i}`).url, ["contact.created"]);
-    // One claim round takes them all (its loop stopped while they commit): receivers topped up
-    // over several rounds would stop short of their cap while their attempts hang.
+    // Each with RESERVED_SHARE deliveries and no more, which the last RESERVED_SLOTS take too: a
+    // backlog left would be the second instance's to send.
+    for (let i = 0; i < MAX_IN_FLIGHT / RESERVED_SHARE; i++) await full.subscribe(receiver(`/slow-${i}`).url, ["contact.created"]);
+    // One claim round takes them all (its loop stopped while they commit).
     await full.rt.deliveries.stop(0);
-    const contacts = await Promise.all(Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => full.json("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })));
-    expect(contacts.map((c) => c.status)).toEqual(Array(MAX_PER_SUBSCRIPTION).fill(201));
+    const contacts = await Promise.all(Array.from({ length: RESERVED_SHARE }, (_, i) => full.json("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })));
+    expect(contacts.map((c) => c.status)).toEqual(Array(RESERVED_SHARE).fill(201));
     full.rt.deliveries.start();
     await waitFor(() => full.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot of the first instance taken by the slow receivers");
-    // Started now, the second instance finds the slow subscriptions at their cap: it stays idle.
+    // Started now, the second instance finds nothing due for the slow subscriptions: it stays idle.
     idle = await instance(database.url);
     const fresh = receiver("/fresh");
     await full.subscribe(fresh.url, ["account.created"]);

@@ -4,13 +4,21 @@ import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
-import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION, RESERVED_SHARE, RESERVED_SLOTS } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 const receiver = scope.receiver;
 let h: WebhookHarness;
+
+/**
+ * SLOT_FILLERS subscriptions with MAX_PER_SUBSCRIPTION deliveries waiting each fill every slot in
+ * one claim round: those at MAX_PER_SUBSCRIPTION up to the reserve, then those at its share
+ * (SLOT_FILLER_SHARES, fewest first).
+ */
+const SLOT_FILLERS = (MAX_IN_FLIGHT - RESERVED_SLOTS) / MAX_PER_SUBSCRIPTION + RESERVED_SLOTS / RESERVED_SHARE;
+const SLOT_FILLER_SHARES = [...Array(RESERVED_SLOTS / RESERVED_SHARE).fill(RESERVED_SHARE), ...Array((MAX_IN_FLIGHT - RESERVED_SLOTS) / MAX_PER_SUBSCRIPTION).fill(MAX_PER_SUBSCRIPTION)];
 
 const createContact = async (body: Record<string, unknown> = { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" }) =>
   (await h.json("POST", "/public/v1/contacts", { body })).body.data;
@@ -116,6 +124,24 @@ describe("webhook deliveries: happy paths", () => {
     await settledDeliveries(h);
     expect(other.received).toEqual([]);
     expect(await h.delivery(res.body.data.delivery_id)).toMatchObject({ event_id: res.body.data.event_id, event_type: "webhook.ping", status: "succeeded" });
+  });
+});
+
+describe("webhook deliveries: a test event", () => {
+  test("POST /:id/test goes ahead of the subscription's backlog: with max_rate 2 and 20 deliveries waiting, the ping is sent first (s35 fan-out audit)", async () => {
+    h = await scope.harness({ rateWriteBurst: 1000 });
+    const r = receiver("/paced");
+    const sub = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: r.url, events: ["contact.created"], max_rate: 2 } });
+    expect(sub.status).toBe(201);
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 20 }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.body.data.id}/test`);
+    expect(ping.status).toBe(202);
+    h.rt.deliveries.start();
+    await waitFor(() => r.received.length >= 2, "the first two requests");
+    expect(r.received.slice(0, 2).map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created"]);
+    expect(await h.delivery(ping.body.data.delivery_id)).toMatchObject({ event_type: "webhook.ping", status: "succeeded", attempts: 1 });
   });
 });
 
@@ -254,7 +280,7 @@ describe("webhook deliveries: failures and retries", () => {
 
   test("slow receivers that fill every slot between them do not hold up another: each subscription may run a few attempts beyond the cap", async () => {
     h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
-    const slowOnes = Array.from({ length: MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION }, (_, i) => receiver(`/slow-${i}`));
+    const slowOnes = Array.from({ length: SLOT_FILLERS }, (_, i) => receiver(`/slow-${i}`));
     for (const slow of slowOnes) {
       slow.hold();
       await h.subscribe(slow.url, ["contact.created"]);
@@ -270,9 +296,36 @@ describe("webhook deliveries: failures and retries", () => {
     await h.subscribe(fast.url, ["account.created"]);
     const accounts = await Promise.all(["Acme", "Globex", "Initech"].map(async (name) => (await h.json("POST", "/public/v1/accounts", { body: { name } })).body.data.id));
     await waitFor(() => fast.received.length === accounts.length, "the other subscription's deliveries, while the slow ones still hold theirs");
-    expect(slowOnes.map((slow) => slow.received.length)).toEqual(slowOnes.map(() => MAX_PER_SUBSCRIPTION));
+    expect(slowOnes.map((slow) => slow.received.length).toSorted((a, b) => a - b)).toEqual(SLOT_FILLER_SHARES);
     expect(h.rt.deliveries.inFlightCount).toBeLessThanOrEqual(MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION);
     for (const slow of slowOnes) slow.release();
+  });
+
+  test("four hung receivers with a backlog leave the last RESERVED_SLOTS to others: a healthy receiver beside them runs RESERVED_SHARE attempts at once, not one (s35 fan-out audit)", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
+    const hungOnes = Array.from({ length: MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION }, (_, i) => receiver(`/hung-${i}`));
+    for (const hung of hungOnes) {
+      hung.hold();
+      await h.subscribe(hung.url, ["contact.created"]);
+    }
+    // Each has more waiting than it may run: one claim round (the loop stopped while they commit) takes what they may hold.
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 2 * MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    h.rt.deliveries.start();
+    await waitFor(() => h.rt.deliveries.inFlightCount >= 3 * MAX_PER_SUBSCRIPTION, "the hung receivers' attempts");
+    const healthy = receiver("/healthy");
+    healthy.hold();
+    const sub = await h.subscribe(healthy.url, ["account.created"]);
+    const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: 20 }, (_, i) => ({ name: `Acme ${i}` })) } });
+    expect(accounts.status).toBe(200);
+    await waitFor(() => healthy.received.length >= RESERVED_SHARE, "the healthy receiver's attempts at once, beside the hung ones");
+    // Three took MAX_PER_SUBSCRIPTION each, the fourth only the reserve's share; nothing more while they hang.
+    expect(hungOnes.map((hung) => hung.received.length).toSorted((a, b) => a - b)).toEqual([RESERVED_SHARE, MAX_PER_SUBSCRIPTION, MAX_PER_SUBSCRIPTION, MAX_PER_SUBSCRIPTION]);
+    healthy.release();
+    const deliveries = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    expect(deliveries.map((d) => ({ status: d.status, attempts: d.attempts }))).toEqual(Array(20).fill({ status: "succeeded", attempts: 1 }));
+    for (const hung of hungOnes) hung.release();
   });
 
   test("receivers that never answer, each holding its guaranteed share, leave a healthy receiver's attempts inside what Bun's fetch sends at once: none times out", async () => {
@@ -280,10 +333,10 @@ describe("webhook deliveries: failures and retries", () => {
     h = await scope.harness({ deliveryTimeoutMs: 1000, rateWriteBurst: 1000 });
     const hung = receiver("/hung");
     hung.hold();
-    // Four fill the MAX_IN_FLIGHT slots; the 66 others at 2 guaranteed attempts each made 260
-    // attempts, past the 256 Bun's fetch sends at once: the rest waited in Bun's client, their
-    // timeouts running.
-    const hungCount = 70;
+    // SLOT_FILLERS fill the MAX_IN_FLIGHT slots; the 69 others at 2 guaranteed attempts each would
+    // make 266 attempts, past the 256 Bun's fetch sends at once: the rest would wait in Bun's
+    // client, their timeouts running.
+    const hungCount = 80;
     for (let i = 0; i < hungCount; i++) await h.subscribe(`${hung.url}/${i}`, ["contact.created"]);
     const healthy = receiver("/healthy");
     healthy.respond(async () => {
@@ -296,7 +349,7 @@ describe("webhook deliveries: failures and retries", () => {
     const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
     expect(batch.status).toBe(200);
     h.rt.deliveries.start();
-    const held = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * (hungCount - MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION);
+    const held = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * (hungCount - SLOT_FILLERS);
     await waitFor(() => h.rt.deliveries.inFlightCount === held, "the hung subscriptions' attempts, each with its guaranteed share");
     for (const name of ["Acme", "Globex", "Initech"]) expect((await h.json("POST", "/public/v1/accounts", { body: { name } })).status).toBe(201);
     const deliveries = await settledDeliveries(h, `subscription_id=${healthySub.id}`);
@@ -310,12 +363,12 @@ describe("webhook deliveries: failures and retries", () => {
     h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
     const hung = receiver("/hung");
     hung.hold();
-    const fillers = MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION;
+    // Each with RESERVED_SHARE deliveries and no more: a backlog would take the slots freed by the first deletes.
     const deleted = [];
-    for (let i = 0; i < fillers; i++) deleted.push(await h.subscribe(`${hung.url}/${i}`, ["contact.created"]));
+    for (let i = 0; i < MAX_IN_FLIGHT / RESERVED_SHARE; i++) deleted.push(await h.subscribe(`${hung.url}/${i}`, ["contact.created"]));
     // One claim round takes them all (the loop stopped while they commit), so every slot fills.
     await h.rt.deliveries.stop(0);
-    await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+    await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: RESERVED_SHARE }, (_, i) => ({ first_name: `n${i}` })) } });
     h.rt.deliveries.start();
     await waitFor(() => h.rt.deliveries.inFlightCount === MAX_IN_FLIGHT, "every slot taken by the hung subscriptions");
     for (const { id } of deleted) expect((await h.request("DELETE", `/public/v1/webhook-subscriptions/${id}`)).status).toBe(204);
@@ -328,9 +381,9 @@ describe("webhook deliveries: failures and retries", () => {
     const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ name: `a${i}` })) } });
     expect(accounts.status).toBe(200);
     await waitFor(() => next.received.length === MAX_PER_SUBSCRIPTION, "the new subscription's attempts, all at once");
-    const ended = await Promise.all(deleted.map(async ({ id }) => h.deliveries(`subscription_id=${id}&per_page=${MAX_PER_SUBSCRIPTION}`)));
-    const attempts = await Promise.all(ended.flat().map(async (d) => (await h.delivery(d.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }))));
-    expect(ended.flat().map((d) => ({ status: d.status, attempts: d.attempts, last_error: d.last_error }))).toEqual(
+    const ended = (await Promise.all(deleted.map(async ({ id }) => h.deliveries(`subscription_id=${id}`)))).flat();
+    const attempts = await Promise.all(ended.map(async (d) => (await h.delivery(d.id)).attempt_history.map((a: any) => ({ status: a.response_status, error: a.error }))));
+    expect(ended.map((d) => ({ status: d.status, attempts: d.attempts, last_error: d.last_error }))).toEqual(
       Array(MAX_IN_FLIGHT).fill({ status: "failed", attempts: 1, last_error: "subscription deleted while the attempt was under way" }),
     );
     expect(attempts).toEqual(Array(MAX_IN_FLIGHT).fill([{ status: null, error: "subscription deleted while the attempt was under way" }]));
