@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
-import { parseTimestamp } from "../shared/time.ts";
+import { parseTimestamp, withOffsetPlus } from "../shared/time.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
@@ -211,18 +211,6 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
 /** TIME_FILTERS are the lists' time filter parameters, the ones parseTimestampFilter reads: only their values are date-times. */
 const TIME_FILTERS = ["created_after", "updated_after", "since"] as const;
 type TimeFilter = (typeof TIME_FILTERS)[number];
-
-// A date-time whose offset's sign is a space: a "+" sent unencoded, which a query string decodes to one.
-const DECODED_PLUS = /^(\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?) (\d{2}:\d{2})$/;
-
-/**
- * withOffsetPlus gives back a "+" a query string decoded to a space at a date-time's offset
- * (`?updated_after=2026-11-21T10:00:00+05:30`, as curl sends it): a space is never valid there, so
- * the reading is not a guess. Other text is returned as it is.
- */
-function withOffsetPlus(value: string): string {
-  return value.replace(DECODED_PLUS, "$1+$2");
-}
 
 /** parseTimestampFilter reads an RFC 3339 filter parameter (its offset's "+" sent unencoded too: withOffsetPlus) or throws a 422 naming it. */
 export function parseTimestampFilter(name: TimeFilter, value: unknown): number | undefined {
