@@ -16,6 +16,7 @@ import { MakerGone } from "../server/auth/service.ts";
 import { sessionOperator } from "../server/operators/service.ts";
 import type { Runtime } from "../server/runtime.ts";
 import { sameBytes, sha256 } from "../server/shared/crypto.ts";
+import { withOffsetPlus } from "../server/shared/time.ts";
 import type { IdPrefix } from "../server/shared/ids.ts";
 import { ProblemError, validationProblem } from "../server/shared/problem.ts";
 import { htmlResponse, PRE_SESSION_COOKIE, problemJsonResponse, readCookie, redirect, SESSION_COOKIE } from "./http.ts";
@@ -91,9 +92,13 @@ async function formOf(request: Request, contentType: string, wait: BodyWait): Pr
   return new ProblemError(415, "unsupported-media-type", "The console takes forms as its pages send them, as application/x-www-form-urlencoded; nothing was changed.");
 }
 
-/** consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339, or returns it unchanged for a check to refuse. */
+/**
+ * consoleTime reads a console date-time field (datetime-local, taken as UTC) into RFC 3339; other
+ * text, as a link carries it, is returned for a check to read or refuse, an offset's "+" sent
+ * unencoded given back (withOffsetPlus), as the API's time filters read it.
+ */
 export function consoleTime(value: string): string {
-  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?$/.test(value) ? `${value}Z` : value;
+  return /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(value) ? `${value}:00Z` : /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,3})?$/.test(value) ? `${value}Z` : withOffsetPlus(value);
 }
 
 /**

@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
-import { parseTimestamp } from "../shared/time.ts";
+import { parseTimestamp, withOffsetPlus } from "../shared/time.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
@@ -63,10 +63,11 @@ export function timestampFilterSchema(description: string) {
  * filterDigest stands for a list's filter values in a cursor: a cursor given with other filters is
  * refused, yet its size does not grow with theirs (100 tags of 100 characters would not fit the
  * cursor parameter's 2000 characters, nor beside the filters in a 4 KiB query string). A time
- * filter's offset digests alike with its "+" encoded or not (withOffsetPlus), as it filters alike.
+ * filter's offset digests alike with its "+" encoded or not (withOffsetPlus), as it filters alike;
+ * a text filter's space stays a space: "...T10:00:00 05:30" is another name to search for than "...+05:30".
  */
 function filterDigest(query: Record<string, unknown>, filterNames: readonly string[]): string {
-  const values = filterNames.map((f) => withOffsetPlus(String(query[f] ?? ""))).join("\u0000");
+  const values = filterNames.map((f) => (TIME_FILTERS.includes(f as TimeFilter) ? withOffsetPlus(String(query[f] ?? "")) : String(query[f] ?? ""))).join("\u0000");
   // A run of pages, and every first page without filters, digests the same values: kept from the last time.
   if (lastDigested?.values !== values) lastDigested = { values, digest: Buffer.from(sha256(values)).toString("base64url") };
   return lastDigested.digest;
@@ -207,20 +208,12 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
   };
 }
 
-// A date-time whose offset's sign is a space: a "+" sent unencoded, which a query string decodes to one.
-const DECODED_PLUS = /^(\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?) (\d{2}:\d{2})$/;
-
-/**
- * withOffsetPlus gives back a "+" a query string decoded to a space at a date-time's offset
- * (`?updated_after=2026-11-21T10:00:00+05:30`, as curl sends it): a space is never valid there, so
- * the reading is not a guess. Other text is returned as it is.
- */
-function withOffsetPlus(value: string): string {
-  return value.replace(DECODED_PLUS, "$1+$2");
-}
+/** TIME_FILTERS are the lists' time filter parameters, the ones parseTimestampFilter reads: only their values are date-times. */
+const TIME_FILTERS = ["created_after", "updated_after", "since"] as const;
+type TimeFilter = (typeof TIME_FILTERS)[number];
 
 /** parseTimestampFilter reads an RFC 3339 filter parameter (its offset's "+" sent unencoded too: withOffsetPlus) or throws a 422 naming it. */
-export function parseTimestampFilter(name: string, value: unknown): number | undefined {
+export function parseTimestampFilter(name: TimeFilter, value: unknown): number | undefined {
   if (value === undefined) return undefined;
   const ms = typeof value === "string" ? parseTimestamp(withOffsetPlus(value)) : null;
   if (ms === null) throw validationProblem([{ parameter: name, detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]);

@@ -44,6 +44,18 @@ function daysInMonthOf(year: number, month: number): number {
   return new Date(new Date(0).setUTCFullYear(year, month, 0)).getUTCDate();
 }
 
+// A date-time whose offset's sign is a space: a "+" sent unencoded, which a query string decodes to one.
+const DECODED_PLUS = /^(\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?) (\d{2}:\d{2})$/;
+
+/**
+ * withOffsetPlus gives back a "+" a query string decoded to a space at a date-time's offset
+ * (`?updated_after=2026-11-21T10:00:00+05:30`, as curl and a browser's address bar send it): a
+ * space is never valid there, so the reading is not a guess. Other text is returned as it is.
+ */
+export function withOffsetPlus(value: string): string {
+  return value.replace(DECODED_PLUS, "$1+$2");
+}
+
 /**
  * parseTimestamp reads an RFC 3339 date-time into Unix milliseconds, or returns null when it is not
  * one; digits of a fraction past the millisecond are cut, never rounded up. Date.parse rolls an

@@ -523,6 +523,22 @@ describe("contact list: errors", () => {
       expect(res.body).toEqual(bad(notOurs));
     }
   });
+
+  test("a text filter shaped like a time with a space before its offset is its own filter for a cursor: only time filters read that space as a +", async () => {
+    const spaced = "2026-11-21T10:00:00 05:30";
+    const made = [];
+    for (let i = 0; i < 2; i++) made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: spaced } })).body.data);
+    try {
+      const first = await h.json("GET", `/public/v1/contacts?per_page=1&full_name=${encodeURIComponent(spaced)}`);
+      const cursor = encodeURIComponent(first.body.meta.next_cursor);
+      const next = await h.json("GET", `/public/v1/contacts?per_page=1&full_name=${encodeURIComponent(spaced)}&cursor=${cursor}`);
+      expect([next.status, next.body.data.length]).toEqual([200, 1]);
+      const plus = await h.json("GET", `/public/v1/contacts?per_page=1&full_name=${encodeURIComponent(spaced.replace(" ", "+"))}&cursor=${cursor}`);
+      expect(plus.body).toEqual(parameterError("cursor", "is not a cursor from meta.next_cursor of this same list (same sort and filters)"));
+    } finally {
+      for (const contact of made) expect((await h.json("DELETE", `/public/v1/contacts/${contact.id}`)).status).toBe(204);
+    }
+  });
 });
 
 describe("contact list: security", () => {
