@@ -280,13 +280,22 @@ export const SETTINGS: Setting[] = [
   { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address (IPv6: its /64) and minute before 429" },
 ];
 
+/**
+ * userCutShort tells whether a parsed URL's user and password end before their @: one of them held
+ * a /, ? or # not percent-encoded, which ends the host, so postgres://crm:2024/Summer@db/crm parses
+ * as host crm, port 2024 and the path /Summer@db/crm, the password nowhere URL would hide it.
+ */
+function userCutShort(parsed: URL): boolean {
+  return parsed.username === "" && `${parsed.pathname}${parsed.search}${parsed.hash}`.includes("@");
+}
+
 /** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */
 export function redactedUrl(url: string): string {
   const parsed = URL.canParse(url) ? new URL(url) : null;
   // Anything else may hold the password anywhere before the last @ (URL takes a postgres: URL missing
   // a slash, postgres:/crm:pw@db/crm, for one without a host, the password in its path): all of that
   // part is hidden, and the password parameters.
-  if (!parsed || !/^postgres(ql)?:$/.test(parsed.protocol) || parsed.host === "") {
+  if (!parsed || !/^postgres(ql)?:$/.test(parsed.protocol) || parsed.host === "" || userCutShort(parsed)) {
     return url.replace(/^(postgres(?:ql)?:[\\/]*|[a-z][a-z0-9+.-]*:\/\/)?.*@/is, "$1***@").replace(/([?&](?:ssl)?password=)[^&#]*/gi, "$1***");
   }
   if (parsed.password) parsed.password = "***";
@@ -396,6 +405,7 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
       // postgres: is no special scheme to URL: with a slash missing it takes the rest for a path.
       if (new URL(text).host === "") fail("a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE");
+      if (userCutShort(new URL(text))) fail("a postgres:// URL whose user and password are percent-encoded (an @ after the host: write each /, ?, # and @ in them as %2F, %3F, %23, %40)");
       return text;
     }
     case "private-targets": {

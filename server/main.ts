@@ -68,9 +68,9 @@ Commands:
                                      subscription a new secret under the key the next start
                                      reads and disable it until its secret is rotated; lists
                                      them, and without the flag changes nothing
-  copy-to-postgres                   copy the data directory's database into the empty
-                                     PostgreSQL database CRM_DATABASE_URL names (see
-                                     copy-to-postgres --help)
+  copy-to-postgres --database-url-file FILE
+                                     copy the data directory's database into the empty
+                                     PostgreSQL database FILE names (see copy-to-postgres --help)
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
          [--trial] [--dry-run] [--invalid-file PATH]
                                      import contacts (and their accounts) through a server's

@@ -17,16 +17,18 @@ const MAX_PARAMETERS = 60_000;
 const PROGRESS_BAR_WIDTH = 30;
 
 /** COPY_USAGE is what `crm copy-to-postgres --help` prints. */
-export const COPY_USAGE = `usage: CRM_DATABASE_URL=postgres://USER:PASSWORD@HOST:PORT/DATABASE crm copy-to-postgres [--data-dir DIR]
+export const COPY_USAGE = `usage: crm copy-to-postgres --database-url-file FILE [--data-dir DIR]
 
 Copies the SQLite database of a data directory (migrated to the latest version first) into an
 empty PostgreSQL database: the PostgreSQL migrations are applied, then every table is copied in
 one transaction with its ids and timestamps unchanged; pending webhook deliveries stay pending.
 Stop the service first, so that nothing changes during the copy. A target that already holds
 any row (a one-time setup link and a key's check value aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
-to stdout. The URL may also come from database_url in the --config file. --database-url takes it
-too, but an argument is visible to every local user (ps) for as long as the copy runs, password
-and all.
+to stdout. FILE holds postgres://USER:PASSWORD@HOST:PORT/DATABASE alone on one line: make it 0600
+(install -m 0600 /dev/null FILE) and write the URL in with an editor. The URL may also come from
+database_url_file or database_url in the --config file, or CRM_DATABASE_URL. --database-url takes
+it too, but an argument is visible to every local user (ps) for as long as the copy runs, password
+and all, and a URL typed in a command line (CRM_DATABASE_URL=... too) stays in the shell's history.
 `;
 
 /** SqliteSource is the opened data directory: its SQLite connection, and how to close it. */
@@ -297,7 +299,9 @@ async function copyAll(sqlite: SqliteConnection, tx: PostgresDb, progress: CopyP
  */
 export async function copyToPostgresCommand(config: Config, openSqlite: () => Promise<SqliteSource>): Promise<number> {
   if (config.databaseUrl === "") {
-    throw new ConfigError("copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help");
+    throw new ConfigError(
+      "copy-to-postgres needs the PostgreSQL database's URL: --database-url-file FILE (the URL alone on one line, in a 0600 file), or database_url_file or database_url in the --config file, or CRM_DATABASE_URL; see copy-to-postgres --help",
+    );
   }
   const source = await openSqlite();
   try {

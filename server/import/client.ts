@@ -16,6 +16,19 @@ export class ImportError extends Error {
 
 const MAX_FAILED_ATTEMPTS = 6;
 
+/**
+ * shownLocation is a redirect's Location as the importer prints it: resolved against the request's
+ * URL, its origin and path only. Its credentials and query string (a signed URL, a login page's
+ * token) would stay in the terminal's scrollback and a CI job's log.
+ */
+function shownLocation(location: string, requestUrl: string): string {
+  if (!URL.canParse(location, requestUrl)) return `an unreadable Location (${location.length} characters)`;
+  const url = new URL(location, requestUrl);
+  // A scheme with no origin (mailto:, javascript:) is named alone: all the rest is its "path".
+  const shown = url.origin === "null" ? url.protocol : `${url.origin}${url.pathname}`.slice(0, 200);
+  return url.search === "" ? shown : `${shown} (its query string left out)`;
+}
+
 type Answer = { type?: string; detail?: string; errors?: FieldError[]; data?: BatchResult[] };
 
 /** parsedAnswer reads a JSON answer, or null: a proxy's "Bad Gateway" page may be labelled JSON. */
@@ -75,7 +88,7 @@ export class BatchClient {
       if (response.status >= 300 && response.status < 400) {
         const location = response.headers.get("location");
         throw new ImportError(
-          `${path} answered ${response.status}, a redirect${location === null ? "" : ` to ${location.slice(0, 200)}`}, not followed: the API never redirects, so --url names something else (a proxy, a moved host); point --url at the CRM server itself`,
+          `${path} answered ${response.status}, a redirect${location === null ? "" : ` to ${shownLocation(location, `${this.baseUrl}${path}`)}`}, not followed: the API never redirects, so --url names something else (a proxy, a moved host); point --url at the CRM server itself`,
           false,
         );
       }

@@ -482,6 +482,26 @@ describe("crm import contacts: errors", () => {
     }
   }, 60_000);
 
+  test("a redirect's Location is named by its origin and path: its credentials and query string (a signed URL, a login's token) stay off the terminal and CI logs; a relative one is resolved", async () => {
+    let location = "";
+    const front = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response(null, { status: 302, headers: { location } }) });
+    try {
+      const file = join(server.dir, "people.csv");
+      writeFileSync(file, "first_name,email\nAda,ada@customer.example\n");
+      const stopped = async (to: string) => {
+        location = to;
+        const res = await runImport([file, "--url", `http://127.0.0.1:${front.port}`, "--token-file", server.tokenFile]);
+        return { code: res.code, line: res.stderr.split("\n")[1] };
+      };
+      const line = (to: string) => `crm: import stopped: /public/v1/contacts/batch answered 302, a redirect to ${to}, not followed: the API never redirects, so --url names something else (a proxy, a moved host); point --url at the CRM server itself`;
+      expect(await stopped("https://sso:hunter2@login.example/authorize?sig=SECRETSIG#frag")).toEqual({ code: 2, line: line("https://login.example/authorize (its query string left out)") });
+      expect(await stopped("/login?next=%2F&token=SECRETTOKEN")).toEqual({ code: 2, line: line(`http://127.0.0.1:${front.port}/login (its query string left out)`) });
+      expect(await stopped("https://login.example:8443/moved")).toEqual({ code: 2, line: line("https://login.example:8443/moved") });
+    } finally {
+      front.stop(true);
+    }
+  }, 60_000);
+
   test("a refused token, an unknown --map column, a malformed CSV or JSON Lines file and a missing --url each stop with one clear line", async () => {
     const csv = writeContactsCsv(server.dir, 10);
     writeFileSync(join(server.dir, "bad-token"), "crm_nope\n");

@@ -323,6 +323,20 @@ describe("configuration: invalid input names the setting", () => {
     }
   }, 60_000);
 
+  test("a password with a /, ? or # not percent-encoded, after digits, is refused and never printed: URL takes the user for the host and the digits for its port", () => {
+    // postgres://crm:2024/Summer@db/crm parses as host crm, port 2024, path /Summer@db/crm: no password to hide.
+    expect(redactedUrl("postgres://crm:2024/Summer@db.internal:5432/crm")).toBe("postgres://***@db.internal:5432/crm");
+    expect(redactedUrl("postgresql://crm:12?ss@db/crm")).toBe("postgresql://***@db/crm");
+    expect(redactedUrl("postgres://crm:12#ss@db/crm")).toBe("postgres://***@db/crm");
+    // An @ in the query of a URL with its user where it belongs is no password's.
+    expect(redactedUrl("postgres://crm:hunter2@db/crm?application_name=crm@vm1")).toBe("postgres://crm:***@db/crm?application_name=crm@vm1");
+    const cutShort = (shown: string) => `invalid CRM_DATABASE_URL: ${JSON.stringify(shown)} is not a postgres:// URL whose user and password are percent-encoded (an @ after the host: write each /, ?, # and @ in them as %2F, %3F, %23, %40)`;
+    for (const url of ["postgres://crm:2024/Summer@db.internal:5432/crm", "postgres://crm:12?ss@db/crm", "postgres://crm:12#ss@db/crm"]) {
+      expect(configError(() => loadConfig([], { CRM_DATABASE_URL: url }))).toBe(cutShort(redactedUrl(url)));
+    }
+    expect(loadConfig([], { CRM_DATABASE_URL: "postgres://crm:2024%2FSummer@db.internal:5432/crm" }).databaseUrl).toBe("postgres://crm:2024%2FSummer@db.internal:5432/crm");
+  });
+
   test("a database URL whose port is out of range names the port, without the password", () => {
     expect(configError(() => loadConfig(["--database-url", "postgres://u:p@h:99999/d"], {}))).toBe('invalid --database-url: "postgres://***@h:99999/d" has port 99999; the port must be 1 to 65535');
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgresql://crm:hunter2@[::1]:65536/crm" }))).toBe('invalid CRM_DATABASE_URL: "postgresql://***@[::1]:65536/crm" has port 65536; the port must be 1 to 65535');

@@ -183,12 +183,12 @@ describe("copy-to-postgres: refusals", () => {
     });
   });
 
-  test("without --database-url it says what it needs, exit 2", () => {
+  test("without a URL it says what it needs, exit 2, a file first: --database-url shows the password in ps, a URL typed in a command stays in the shell's history", () => {
     const res = crm(["copy-to-postgres"]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({
       exitCode: 2,
       stdout: "",
-      stderr: "crm: copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help\n",
+      stderr: "crm: copy-to-postgres needs the PostgreSQL database's URL: --database-url-file FILE (the URL alone on one line, in a 0600 file), or database_url_file or database_url in the --config file, or CRM_DATABASE_URL; see copy-to-postgres --help\n",
     });
   });
 
@@ -199,11 +199,12 @@ describe("copy-to-postgres: refusals", () => {
     expect(res.stderr).toStartWith(`crm: no database at ${databaseFile(empty)}`);
   });
 
-  test("--help prints the command's usage, the URL with its password in the environment: an argument shows in ps for the whole copy", () => {
+  test("--help prints the command's usage, the URL with its password in a file: an argument shows in ps for the whole copy, a variable set in the command line stays in the shell's history", () => {
     const res = crm(["copy-to-postgres", "--help"]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({ exitCode: 0, stdout: COPY_USAGE, stderr: "" });
-    expect(COPY_USAGE).toStartWith("usage: CRM_DATABASE_URL=postgres://USER:PASSWORD@HOST:PORT/DATABASE crm copy-to-postgres [--data-dir DIR]\n");
+    expect(COPY_USAGE).toStartWith("usage: crm copy-to-postgres --database-url-file FILE [--data-dir DIR]\n");
     expect(COPY_USAGE).not.toContain("--database-url postgres://");
+    expect(COPY_USAGE).not.toContain("=postgres://USER:PASSWORD");
   });
 });
 
