@@ -71,9 +71,10 @@ export async function recordEvents(db: Db, type: EventType, datas: unknown[], re
 
 /**
  * recordPing writes a webhook.ping event, made by the request `requestId`, with one delivery to the
- * given subscription only, due just before the subscription's earliest pending delivery: a test
- * asks whether the receiver answers now, so the next claim for the subscription sends it ahead of
- * a backlog (within the subscription's caps and max_rate, as any delivery).
+ * given subscription only, due now or just before the subscription's earliest pending delivery if
+ * that is sooner: a test asks whether the receiver answers now, so the next claim for the
+ * subscription sends it ahead of a backlog (within the subscription's caps and max_rate, as any
+ * delivery), and a retry scheduled for later does not hold it back.
  */
 export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
   const at = datedAt(happenedAt);

@@ -143,6 +143,20 @@ describe("webhook deliveries: a test event", () => {
     expect(r.received.slice(0, 2).map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created"]);
     expect(await h.delivery(ping.body.data.delivery_id)).toMatchObject({ event_type: "webhook.ping", status: "succeeded", attempts: 1 });
   });
+
+  test("POST /:id/test is sent at once when the subscription's only delivery waiting is a retry due in 3 days", async () => {
+    h = await scope.harness({ retrySchedule: [3 * 86_400], rateWriteBurst: 1000 });
+    const r = receiver("/later");
+    r.respond((got) => new Response(null, { status: got.json.type === "webhook.ping" ? 204 : 500 }));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    const [retry] = await waitForDeliveries(h, (list) => list.length === 1 && list[0].attempts === 1 && list);
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`);
+    expect(ping.status).toBe(202);
+    await waitFor(async () => (await h.delivery(ping.body.data.delivery_id)).status === "succeeded", "the ping sent");
+    expect(r.received.map((got) => got.json.type)).toEqual(["contact.created", "webhook.ping"]);
+    expect(await h.delivery(retry.id)).toMatchObject({ status: "pending", attempts: 1, next_attempt_at: retry.next_attempt_at });
+  });
 });
 
 /** waitForDeliveries polls the delivery list until `check` returns something truthy. */
