@@ -340,10 +340,34 @@ export function givenTwice(name: string): ConfigError {
   return new ConfigError(`${name} is given twice; give it once`);
 }
 
+/**
+ * namesPostgresHost tells whether a database URL setting's text is a postgres:// URL with a host (its
+ * port aside, which may be out of range), the one form redactedUrl knows where the password is in.
+ */
+function namesPostgresHost(text: string): boolean {
+  if (!URL.canParse(text)) return DATABASE_URL_PORT.test(text);
+  const url = new URL(text);
+  return /^postgres(ql)?:$/.test(url.protocol) && url.host !== "";
+}
+
+/**
+ * databaseUrlMistake says what a database URL setting's text that is not a postgres:// URL looks
+ * like, without repeating any of it: it may be the password in another form (a libpq keyword
+ * string, a .pgpass line, the bare password), or the secrets key given by mistake.
+ */
+function databaseUrlMistake(text: string): string {
+  if (/^[a-z_]+\s*=/i.test(text)) return "it looks like a libpq keyword string, host=... password=...";
+  if (/^[a-z][a-z0-9+.:-]*:\/\//i.test(text)) return "it is a URL of another kind";
+  if (/^[^:\s]+:[^:\s]*:[^:\s]*:[^:\s]*:./.test(text)) return "it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD";
+  return "it is not a URL";
+}
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
-  // A secret is never echoed, not even a malformed one: this line ends up in logs.
-  const shown = () => (setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw)));
+  // A secret is never echoed, not even a malformed one: this line ends up in logs. Nor is a database
+  // URL's text unless it is one whose password redactedUrl can find.
+  const hidden = setting.kind === "secret" || (setting.kind === "database-url" && !namesPostgresHost(text));
+  const shown = () => (hidden ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw)));
   const fail = (expected: string): never => {
     throw new ConfigError(`invalid ${source}: ${shown()} is not ${expected}`);
   };
@@ -393,9 +417,9 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
       if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
-      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
+      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail(`a postgres:// or postgresql:// URL (${databaseUrlMistake(text)}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`);
       // postgres: is no special scheme to URL: with a slash missing it takes the rest for a path.
-      if (new URL(text).host === "") fail("a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE");
+      if (new URL(text).host === "") fail("a postgres:// URL with a host (is a slash missing after postgres:?); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE");
       return text;
     }
     case "private-targets": {

@@ -147,7 +147,21 @@ describe("configuration: sources and precedence", () => {
     };
     expect(wrong("")).toBe(`database URL file ${join(home, "wrong")} is empty: put the postgres:// URL in it, on one line`);
     expect(wrong(`${url}\n${url}\n`)).toBe(`database URL file ${join(home, "wrong")} holds more than one line: put the postgres:// URL in it, on one line`);
-    expect(wrong("mysql://crm:secret@db/crm")).toBe(`invalid database URL file ${join(home, "wrong")}: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL`);
+    const notUrl = (why: string) => `invalid database URL file ${join(home, "wrong")}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
+    // The file holds the password, in whatever form was put there: no part of it is repeated.
+    expect([
+      wrong("mysql://crm:secret@db/crm"),
+      wrong("jdbc:postgresql://db.internal:5432/crm?user=crm&password=S3cr3t-Pw"),
+      wrong("host=db.internal port=5432 user=crm password=S3cr3t-Pw dbname=crm\n"),
+      wrong("db.internal:5432:crm:crm:S3cr3t-Pw\n"),
+      wrong("S3cr3t-Pw\n"),
+    ]).toEqual([
+      notUrl("it is a URL of another kind"),
+      notUrl("it is a URL of another kind"),
+      notUrl("it looks like a libpq keyword string, host=... password=..."),
+      notUrl("it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD"),
+      notUrl("it is not a URL"),
+    ]);
     expect(configError(() => loadConfig(["--database-url-file", join(home, "missing")], {}))).toBe(`database URL file ${join(home, "missing")} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
     expect(configError(() => loadConfig(["--database-url-file", home], {}))).toBe(`database URL file ${home} cannot be read: it is a directory, not a file`);
   });
@@ -292,15 +306,16 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
   });
 
-  test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
+  test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
     expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=%2Fk.pem&sslpassword=***");
-    expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe('invalid --database-url: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL');
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe('invalid CRM_DATABASE_URL: "db.internal:5432" is not a postgres:// or postgresql:// URL');
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe('invalid CRM_DATABASE_URL: "***@db/crm" is not a postgres:// or postgresql:// URL');
+    const notUrl = (source: string, why: string) => `invalid ${source}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
+    expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe(notUrl("--database-url", "it is a URL of another kind"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));
     const file = configFile('database_url = "sqlite:///var/lib/crm"\n');
-    expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid database_url in ${file}: "sqlite:///var/lib/crm" is not a postgres:// or postgresql:// URL`);
+    expect(configError(() => loadConfig(["--config", file], {}))).toBe(notUrl(`database_url in ${file}`, "it is a URL of another kind"));
   });
 
   test("a database URL missing a slash (so without a host) is refused, by every command, and never printed with its password", () => {
@@ -309,16 +324,17 @@ describe("configuration: invalid input names the setting", () => {
     expect(redactedUrl("postgres:crm:hunter2@db/crm?sslpassword=hunter3")).toBe("postgres:***@db/crm?sslpassword=***");
     expect(redactedUrl("postgresql:///crm:hunter2@db/crm")).toBe("postgresql:///***@db/crm");
     expect(redactedUrl("postgres:///crm?password=hunter2")).toBe("postgres:///crm?password=***");
-    const noHost = (shown: string) => `invalid CRM_DATABASE_URL: ${JSON.stringify(shown)} is not a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:/crm:hunter2@db.internal:5432/crm" }))).toBe(noHost("postgres:/***@db.internal:5432/crm"));
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:\\\\crm:hunter2@db/crm" }))).toBe(noHost("postgres:\\\\***@db/crm"));
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:///crm" }))).toBe(noHost("postgres:///crm"));
+    // Nor is it repeated in the refusal, redacted or not, as no value that is not a postgres:// URL with a host is.
+    const noHost = "invalid CRM_DATABASE_URL: the value is not a postgres:// URL with a host (is a slash missing after postgres:?); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE";
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:/crm:hunter2@db.internal:5432/crm" }))).toBe(noHost);
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:\\\\crm:hunter2@db/crm" }))).toBe(noHost);
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:///crm" }))).toBe(noHost);
     const dir = tempDir("url-typo");
     const key = join(dir, "secrets.key");
     writeFileSync(key, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
     for (const url of ["postgres:/crm:Sekr1tPW@db.invalid:5432/crm", "postgres:crm:Sekr1tPW@db.invalid/crm", "postgres:///crm:Sekr1tPW@db.invalid/crm"]) {
       const run = runCli([...SOURCE, "token", "list", "--secrets-key-file", key], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
-      expect({ exitCode: run.exitCode, stdout: run.stdout, stderr: run.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${noHost(redactedUrl(url))}\n` });
+      expect({ exitCode: run.exitCode, stdout: run.stdout, stderr: run.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${noHost}\n` });
       expect(run.stderr).not.toContain("Sekr1tPW");
     }
   }, 60_000);
