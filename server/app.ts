@@ -93,6 +93,7 @@ export function createApp(runtime: Runtime) {
         metricsToken: rt.config.metricsToken,
         unexpectedFailure: () => rt.migrations.checkSoon(),
         tablesHome: rt.config.databaseUrl ? tablesHomeOf(rt.config) : "",
+        databaseUrlFrom: rt.config.databaseUrlFrom.named,
       }),
     )
     .use(limitsGuard(rt))

@@ -25,6 +25,17 @@ interface Setting {
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
+/** DatabaseUrlFrom is where the database URL was given: what to change when it is wrong, and how a command reaches the same database. */
+export interface DatabaseUrlFrom {
+  /** named is how a message names it: "--database-url, CRM_DATABASE_URL", "database_url in FILE", "the file F that database_url_file in FILE names" */
+  named: string;
+  /** reach is what a command line adds to reach the same database without the password in it (--config FILE, --database-url-file F); null: only the URL itself would */
+  reach: string[] | null;
+}
+
+/** URL_BY_FLAG_OR_ENV is where a database URL given on the command line or in the environment comes from: the one setting's two spellings. */
+const URL_BY_FLAG_OR_ENV: DatabaseUrlFrom = { named: "--database-url, CRM_DATABASE_URL", reach: null };
+
 /** Synchronous is SQLite's durability level: "full" syncs every commit to disk, "normal" only at checkpoints. */
 export type Synchronous = "full" | "normal";
 
@@ -36,6 +47,8 @@ export interface Config {
   databaseUrl: string;
   /** file holding databaseUrl on one line, so that crm.toml can name the database without its password; "" none */
   databaseUrlFile: string;
+  /** where databaseUrl was given (no setting of its own), for the messages that send the operator to it */
+  databaseUrlFrom: DatabaseUrlFrom;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -127,6 +140,7 @@ export const DEFAULT_CONFIG: Config = {
   dataDir: "./data",
   databaseUrl: "",
   databaseUrlFile: "",
+  databaseUrlFrom: URL_BY_FLAG_OR_ENV,
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -279,6 +293,9 @@ export const SETTINGS: Setting[] = [
   { key: "rateWriteBurst", flag: "--rate-write-burst", env: "CRM_RATE_WRITE_BURST", kind: "positive-int", help: "default per-token burst of POST, PATCH and DELETE requests" },
   { key: "authFailuresPerMinute", flag: "--auth-failures-per-minute", env: "CRM_AUTH_FAILURES_PER_MINUTE", kind: "positive-int", help: "failed API authentications per client address (IPv6: its /64) and minute before 429" },
 ];
+
+/** settingOf is the entry of SETTINGS for a Config key. */
+const settingOf = (key: keyof Config) => SETTINGS.find((s) => s.key === key)!;
 
 /** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */
 export function redactedUrl(url: string): string {
@@ -519,7 +536,7 @@ function readDatabaseUrlFile(path: string): string {
   if (text === "") throw new ConfigError(`database URL file ${path} is empty: ${onOneLine}`);
   // URL parsing drops line breaks: two URLs would be read as one.
   if (/[\r\n]/.test(text)) throw new ConfigError(`database URL file ${path} holds more than one line: ${onOneLine}`);
-  return parseValue(SETTINGS.find((s) => s.key === "databaseUrl")!, text, `database URL file ${path}`) as string;
+  return parseValue(settingOf("databaseUrl"), text, `database URL file ${path}`) as string;
 }
 
 /**
@@ -566,6 +583,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (!knownFileKeys.has(key)) throw new ConfigError(`unknown setting ${key} in ${configPath}`);
   }
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
+  const inFile = (setting: Setting) => !flags.has(setting.flag) && env[setting.env] === undefined && fileKey(setting) in file;
   for (const setting of SETTINGS) {
     if (flags.has(setting.flag)) {
       refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
@@ -582,9 +600,18 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
       config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
   }
+  const urlSetting = settingOf("databaseUrl");
+  const urlFileSetting = settingOf("databaseUrlFile");
+  // A command given the service's crm.toml reaches its database with --config, the password kept out of argv.
+  const byConfig = () => ({ reach: ["--config", resolve(configPath!)] });
   if (config.databaseUrlFile) {
     if (config.databaseUrl) throw new ConfigError("the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one");
-    config.databaseUrl = readDatabaseUrlFile(config.databaseUrlFile as string);
+    const path = config.databaseUrlFile as string;
+    config.databaseUrl = readDatabaseUrlFile(path);
+    const by = inFile(urlFileSetting) ? `${fileKey(urlFileSetting)} in ${configPath}` : flags.has(urlFileSetting.flag) ? urlFileSetting.flag : urlFileSetting.env;
+    config.databaseUrlFrom = { named: `the file ${path} that ${by} names`, ...(inFile(urlFileSetting) ? byConfig() : { reach: [urlFileSetting.flag, resolve(path)] }) };
+  } else if (config.databaseUrl && inFile(urlSetting)) {
+    config.databaseUrlFrom = { named: `${fileKey(urlSetting)} in ${configPath}`, ...byConfig() };
   }
   return config as unknown as Config;
 }

@@ -684,6 +684,21 @@ describe("command line: errors", () => {
     // Bun's client reports a host name that does not resolve as a refused connection too: a typo is no server to wait for (.invalid never resolves, RFC 6761).
     const typo = await crm(["token", "list", "--database-url", "postgres://crm:pw@db.interal.invalid:5432/crm"]);
     expect(typo).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (--database-url, CRM_DATABASE_URL): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n", code: 2 });
+    // Read from a file, the URL is named by the file and the setting naming that file: the mistake is there, not in a CRM_DATABASE_URL.
+    const urlFile = join(dataDir, "database-url");
+    writeFileSync(urlFile, "postgres://crm:pw@db.interal.invalid:5432/crm\n", { mode: 0o600 });
+    const configFile = join(dataDir, "crm.toml");
+    writeFileSync(configFile, 'database_url_file = "database-url"\n');
+    const fromFile = (source: string) => `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (the file ${urlFile} that ${source} names): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`;
+    expect([await crm(["token", "list", "--database-url-file", urlFile]), await crm(["token", "list"], { CRM_DATABASE_URL_FILE: urlFile }), await crm(["token", "list", "--config", configFile])]).toEqual([
+      { stdout: "", stderr: fromFile("--database-url-file"), code: 2 },
+      { stdout: "", stderr: fromFile("CRM_DATABASE_URL_FILE"), code: 2 },
+      { stdout: "", stderr: fromFile(`database_url_file in ${configFile}`), code: 2 },
+    ]);
+    writeFileSync(configFile, 'database_url = "postgres://crm:pw@db.interal.invalid:5432/crm"\n');
+    expect((await crm(["token", "list", "--config", configFile])).stderr).toBe(
+      `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (database_url in ${configFile}): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`,
+    );
     expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
     const help = (await crm(["--help"])).stdout;
     for (const status of ["Exit status:\n  0  done (with a warning", "\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);

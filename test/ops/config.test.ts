@@ -126,7 +126,9 @@ describe("configuration: sources and precedence", () => {
       databasePool: 25,
     });
     const file = configFile('database_url = "postgres://crm@127.0.0.1/crm"\ndatabase_pool = 2\n');
-    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databasePool: 2 });
+    // Where the URL came from is kept for the messages that send the operator to it, and the hints that reach it without the password.
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databaseUrlFrom: { named: `database_url in ${file}`, reach: ["--config", file] }, databasePool: 2 });
+    expect(loadConfig(["--config", file], { CRM_DATABASE_URL: "postgres://crm@db/crm" }).databaseUrlFrom).toEqual({ named: "--database-url, CRM_DATABASE_URL", reach: null });
   });
 
   test("database_url_file names a file holding the database URL on one line: crm.toml, which the service and every command read, names the database without holding its password", () => {
@@ -135,8 +137,10 @@ describe("configuration: sources and precedence", () => {
     writeFileSync(join(home, "database-url"), `${url}\n`, { mode: 0o600 });
     const file = join(home, "crm.toml");
     writeFileSync(file, 'database_url_file = "database-url"\n');
-    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: join(home, "database-url"), databaseUrl: url });
-    expect(loadConfig([], { CRM_DATABASE_URL_FILE: join(home, "database-url") }).databaseUrl).toBe(url);
+    const urlFile = join(home, "database-url");
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: urlFile, databaseUrl: url, databaseUrlFrom: { named: `the file ${urlFile} that database_url_file in ${file} names`, reach: ["--config", file] } });
+    expect(loadConfig([], { CRM_DATABASE_URL_FILE: urlFile })).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: urlFile, databaseUrl: url, databaseUrlFrom: { named: `the file ${urlFile} that CRM_DATABASE_URL_FILE names`, reach: ["--database-url-file", urlFile] } });
+    expect(loadConfig(["--database-url-file", urlFile], {}).databaseUrlFrom).toEqual({ named: `the file ${urlFile} that --database-url-file names`, reach: ["--database-url-file", urlFile] });
     // The URL given both ways is refused: which one was meant is not guessed.
     const twice = "the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one";
     expect(configError(() => loadConfig(["--config", file], { CRM_DATABASE_URL: url }))).toBe(twice);
