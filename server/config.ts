@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { fileErrorText, isAbsent } from "./shared/files.ts";
+import { fileErrorText, isAbsent, openToOthers } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
@@ -537,6 +537,12 @@ function readDatabaseUrlFile(path: string): string {
   // URL parsing drops line breaks: two URLs would be read as one.
   if (/[\r\n]/.test(text)) throw new ConfigError(`database URL file ${path} holds more than one line: ${onOneLine}`);
   return parseValue(settingOf("databaseUrl"), text, `database URL file ${path}`) as string;
+}
+
+/** databaseUrlFileOpenTo words the warning of a database URL file other users may read (openToOthers), or null; serve logs it, a command prints it. */
+export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): string | null {
+  if (!config.databaseUrlFile) return null;
+  return openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
 }
 
 /**

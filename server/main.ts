@@ -2,7 +2,7 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -170,12 +170,20 @@ function stdoutDiscarded(): boolean {
 /**
  * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
  * at once: most commands never open the key (a migrated database has nothing to seal), and would
- * otherwise accept a missing or broken file that `serve` then refuses.
+ * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
+ * database URL file other users may read (noteOpenUrlFile); `serving`: serve logs it instead.
  */
-function loadCommandConfig(args: string[]): Config {
+function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
   const config = loadConfig(args);
   if (config.secretsKeyFile) loadSecretsKey(config);
+  if (!serving) noteOpenUrlFile(config);
   return config;
+}
+
+/** noteOpenUrlFile warns on stderr of a database URL file other users may read (databaseUrlFileOpenTo); the command goes on. */
+function noteOpenUrlFile(config: Config): void {
+  const openTo = databaseUrlFileOpenTo(config);
+  if (openTo) process.stderr.write(`crm: ${openTo}\n`);
 }
 
 /**
@@ -376,6 +384,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
   const config = loadConfig(args);
+  noteOpenUrlFile(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
@@ -547,7 +556,7 @@ async function main(argv: string[]): Promise<number> {
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
   switch (command) {
     case "serve": {
-      const config = loadCommandConfig(args);
+      const config = loadCommandConfig(args, { serving: true });
       checkFetchLimit(process.env.BUN_CONFIG_MAX_HTTP_REQUESTS);
       const running = await startServer(config);
       flushLogs();

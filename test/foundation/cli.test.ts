@@ -704,6 +704,22 @@ describe("command line: errors", () => {
     for (const status of ["Exit status:\n  0  done (with a warning", "\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);
   }, 30_000);
 
+  test("a database URL file other users may read is warned of on stderr, as the secrets key is, naming its mode and the chmod; the command goes on", async () => {
+    const urlFile = join(dataDir, "database-url");
+    writeFileSync(urlFile, "postgres://crm:pw@127.0.0.1:1/crm\n");
+    chmodSync(urlFile, 0o644);
+    const unreachable = `crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (the file ${urlFile} that --database-url-file names): connection refused (is the server running and the host and port right?)\n`;
+    expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({
+      stdout: "",
+      stderr:
+        `crm: the database URL file is open to other users (mode 0644): whoever may read it logs in to the database as the service, to every contact, user and sealed secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${urlFile}\n` +
+        unreachable,
+      code: 3,
+    });
+    chmodSync(urlFile, 0o600);
+    expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
+  });
+
   test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
     await crm(["migrate"]);
     await crm(["user", "create", "--name", "Ada", "--email", "ada@example.com"]);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
 import { createApp, createRuntime } from "../../server/app.ts";
@@ -104,6 +104,24 @@ describe("command line on PostgreSQL: happy paths", () => {
       await server.stopWith("SIGTERM");
       await fresh.drop();
       rmSync(etc, { recursive: true });
+    }
+  });
+
+  test("serve warns of a database URL file other users may read, as it warns of the secrets key", async () => {
+    const urlFile = join(dir, "open-database-url");
+    writeFileSync(urlFile, `${database.url}\n`);
+    chmodSync(urlFile, 0o644);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url-file", urlFile, "--secrets-key-file", keyFile], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+    try {
+      expect(server.logLines().filter((line) => line.level === "warn" && String(line.msg).includes("open to other users"))).toEqual([
+        expect.objectContaining({
+          msg: `the database URL file is open to other users (mode 0644): whoever may read it logs in to the database as the service, to every contact, user and sealed secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${urlFile}`,
+          path: urlFile,
+        }),
+      ]);
+    } finally {
+      await server.stopWith("SIGTERM");
+      rmSync(urlFile);
     }
   });
 
