@@ -495,12 +495,17 @@ const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "
 /**
  * fileValueText is a crm.toml value as the text a flag would give: a string, number or boolean,
  * or for a list setting an array of them. A table or a nested array is refused, not turned into
- * "[object Object]" or flattened.
+ * "[object Object]" or flattened; so is an empty item, as refuseEmpty refuses an empty value: the
+ * same unfilled template (trusted_proxies = ["${LB_IP}"], LB_IP unset), which joined into "" read as
+ * no proxy, or for allow_private_targets as false.
  */
 function fileValueText(setting: Setting, raw: unknown, source: string): string {
   const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
   if (scalar(raw)) return String(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
+  if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
+    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
+  }
   if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
 }
