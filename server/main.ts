@@ -270,7 +270,8 @@ function databaseExists(dataDir: string): boolean {
 }
 
 /**
- * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
+ * requireDatabase refuses a data directory without a database. Only serve and migrate create one
+ * (migrate not in a data_dir only the --config file names, as the set-up commands do not):
  * a token or user written to a new, empty database next to the running server's would be
  * silently useless (the token would get 401). The service may be on PostgreSQL, its URL where this
  * command did not look (crm.env, which only systemd reads): the refusal says where it goes.
@@ -583,6 +584,10 @@ async function main(argv: string[]): Promise<number> {
     }
     case "migrate": {
       const config = loadCommandConfig(args);
+      // Not in a data_dir only the --config file names, as token create does not (dataDirNamedHere): on several
+      // instances without the URL that made a database whose tokens every instance refused. The default ./data
+      // still, as a first run from the repository makes it.
+      if (!config.databaseUrl && !dataDirNamedHere(args) && config.dataDir !== DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
       const db = await openBackend(config);
       try {
         const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
