@@ -24,9 +24,9 @@ empty PostgreSQL database: the PostgreSQL migrations are applied, then every tab
 one transaction with its ids and timestamps unchanged; pending webhook deliveries stay pending.
 Stop the service first, so that nothing changes during the copy. A target that already holds
 any row (a one-time setup link and a key's check value aside) is refused (exit 2) and left alone. Progress goes to stderr, the rows copied per table
-to stdout. The URL may also come from database_url in the --config file. --database-url takes it
-too, but an argument is visible to every local user (ps) for as long as the copy runs, password
-and all.
+to stdout. The URL may also come from database_url or database_url_file in the --config file
+(a file holding the URL alone on one line). --database-url takes it too, but an argument is
+visible to every local user (ps) for as long as the copy runs, password and all.
 `;
 
 /** SqliteSource is the opened data directory: its SQLite connection, and how to close it. */
@@ -297,7 +297,7 @@ async function copyAll(sqlite: SqliteConnection, tx: PostgresDb, progress: CopyP
  */
 export async function copyToPostgresCommand(config: Config, openSqlite: () => Promise<SqliteSource>): Promise<number> {
   if (config.databaseUrl === "") {
-    throw new ConfigError("copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help");
+    throw new ConfigError("copy-to-postgres needs the PostgreSQL database's URL: CRM_DATABASE_URL=postgres://..., or database_url or database_url_file in the --config file (or --database-url, which ps shows); see copy-to-postgres --help");
   }
   const source = await openSqlite();
   try {

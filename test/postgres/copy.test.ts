@@ -183,13 +183,14 @@ describe("copy-to-postgres: refusals", () => {
     });
   });
 
-  test("without --database-url it says what it needs, exit 2", () => {
+  test("without the target's URL it says what it needs, every place it may come from (database_url_file too, which the README offers for this step), exit 2", () => {
     const res = crm(["copy-to-postgres"]);
     expect({ exitCode: res.exitCode, stdout: res.stdout, stderr: res.stderr }).toEqual({
       exitCode: 2,
       stdout: "",
-      stderr: "crm: copy-to-postgres needs --database-url postgres://... (or CRM_DATABASE_URL, or database_url in the --config file); see copy-to-postgres --help\n",
+      stderr: "crm: copy-to-postgres needs the PostgreSQL database's URL: CRM_DATABASE_URL=postgres://..., or database_url or database_url_file in the --config file (or --database-url, which ps shows); see copy-to-postgres --help\n",
     });
+    expect(COPY_USAGE).toContain("database_url or database_url_file in the --config file");
   });
 
   test("a data directory without a database is refused before connecting", () => {
