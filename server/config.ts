@@ -373,6 +373,9 @@ function namesPostgresHost(text: string): boolean {
  * string, a .pgpass line, the bare password), or the secrets key given by mistake.
  */
 function databaseUrlMistake(text: string): string {
+  // crm.env's line moved into database_url_file as it was, which upgrade note 12 has them do with the URL.
+  if (/^[a-z_][a-z0-9_]*=\s*["']?postgres(ql)?:/i.test(text)) return "it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes";
+  if (/^["']\s*postgres(ql)?:/i.test(text)) return "it is in quotes: the URL goes alone, without them";
   if (/^[a-z_]+\s*=/i.test(text)) return "it looks like a libpq keyword string, host=... password=...";
   if (/^[a-z][a-z0-9+.:-]*:\/\//i.test(text)) return "it is a URL of another kind";
   if (/^[^:\s]+:[^:\s]*:[^:\s]*:[^:\s]*:./.test(text)) return "it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD";

@@ -159,12 +159,19 @@ describe("configuration: sources and precedence", () => {
       wrong("host=db.internal port=5432 user=crm password=S3cr3t-Pw dbname=crm\n"),
       wrong("db.internal:5432:crm:crm:S3cr3t-Pw\n"),
       wrong("S3cr3t-Pw\n"),
+      // crm.env's line moved as it was (upgrade note 12 says to move the URL), or the URL quoted.
+      wrong("CRM_DATABASE_URL=postgres://crm:S3cr3t-Pw@db.internal:5432/crm\n"),
+      wrong("CRM_DATABASE_URL='postgres://crm:S3cr3t-Pw@db.internal:5432/crm'\n"),
+      wrong('"postgres://crm:S3cr3t-Pw@db.internal:5432/crm"\n'),
     ]).toEqual([
       notUrl("it is a URL of another kind"),
       notUrl("it is a URL of another kind"),
       notUrl("it looks like a libpq keyword string, host=... password=..."),
       notUrl("it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD"),
       notUrl("it is not a URL"),
+      notUrl("it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes"),
+      notUrl("it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes"),
+      notUrl("it is in quotes: the URL goes alone, without them"),
     ]);
     expect(configError(() => loadConfig(["--database-url-file", join(home, "missing")], {}))).toBe(`database URL file ${join(home, "missing")} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
     expect(configError(() => loadConfig(["--database-url-file", home], {}))).toBe(`database URL file ${home} cannot be read: it is a directory, not a file`);
