@@ -580,7 +580,8 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
       // Its value is never the next argument, which would be taken for a command's: the flag alone means on.
       const next = args[i + 1];
       if (setting.kind === "private-targets" && next !== undefined && !next.startsWith("-")) {
-        throw new ConfigError(`${name} takes its networks after =, as in ${name}=${next} (alone it allows every non-public address)`);
+        // A blank one ("$NETS" unset) is not shown as the example: written after =, it is refused as empty.
+        throw new ConfigError(`${name} takes its networks after =, as in ${name}=${next.trim() === "" ? "NETWORKS" : next} (alone it allows every non-public address)`);
       }
       flags.set(name, "true");
       continue;

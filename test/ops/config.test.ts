@@ -298,6 +298,8 @@ describe("configuration: invalid input names the setting", () => {
       configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/8," })),
       configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/+8" })),
       configError(() => loadConfig(["--allow-private-targets", "10.0.0.0/8"], {})),
+      // --allow-private-targets "$NETS" with NETS unset: the example is not the empty value, refused as empty after =.
+      configError(() => loadConfig(["--allow-private-targets", ""], {})),
     ]).toEqual([
       invalid("10.0.0.0/33", "10.0.0.0/33 has a prefix longer than 32 bits"),
       invalid("10.0.0.0/8,fd12::/129", "fd12::/129 has a prefix longer than 128 bits"),
@@ -306,6 +308,7 @@ describe("configuration: invalid input names the setting", () => {
       invalid("10.0.0.0/8,", "an entry is empty"),
       invalid("10.0.0.0/+8", "10.0.0.0/+8 is not an IP address or network"),
       "--allow-private-targets takes its networks after =, as in --allow-private-targets=10.0.0.0/8 (alone it allows every non-public address)",
+      "--allow-private-targets takes its networks after =, as in --allow-private-targets=NETWORKS (alone it allows every non-public address)",
     ]);
   });
 
