@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { fileErrorText, isAbsent, openToOthers } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, openToOthers } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
@@ -538,7 +538,9 @@ function readDatabaseUrlFile(path: string): string {
   try {
     text = readFileSync(path, "utf8").trim();
   } catch (error) {
-    throw new ConfigError(isAbsent(error) ? `database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist` : `database URL file ${path} cannot be read: ${fileErrorText(error)}`);
+    if (isAbsent(error)) throw new ConfigError(`database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
+    // Another user's file (root's, installed without -o crm) is named with its fix, as the secrets key is: serve already runs as the service's user.
+    throw new ConfigError(`database URL file ${path} cannot be read: ${notOwnedText(path, path) ?? fileErrorText(error)}`);
   }
   const onOneLine = "put the postgres:// URL in it, on one line";
   if (text === "") throw new ConfigError(`database URL file ${path} is empty: ${onOneLine}`);
