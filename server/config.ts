@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { fileErrorText, isAbsent } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, openToOthers } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
@@ -25,6 +25,17 @@ interface Setting {
 
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
+/** DatabaseUrlFrom is where the database URL was given: what to change when it is wrong, and how a command reaches the same database. */
+export interface DatabaseUrlFrom {
+  /** named is how a message names it: "--database-url, CRM_DATABASE_URL", "database_url in FILE", "the file F that database_url_file in FILE names" */
+  named: string;
+  /** reach is what a command line adds to reach the same database without the password in it (--config FILE, --database-url-file F); null: only the URL itself would */
+  reach: string[] | null;
+}
+
+/** URL_BY_FLAG_OR_ENV is where a database URL given on the command line or in the environment comes from: the one setting's two spellings. */
+const URL_BY_FLAG_OR_ENV: DatabaseUrlFrom = { named: "--database-url, CRM_DATABASE_URL", reach: null };
+
 /** Synchronous is SQLite's durability level: "full" syncs every commit to disk, "normal" only at checkpoints. */
 export type Synchronous = "full" | "normal";
 
@@ -36,6 +47,8 @@ export interface Config {
   databaseUrl: string;
   /** file holding databaseUrl on one line, so that crm.toml can name the database without its password; "" none */
   databaseUrlFile: string;
+  /** where databaseUrl was given (no setting of its own), for the messages that send the operator to it */
+  databaseUrlFrom: DatabaseUrlFrom;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -127,6 +140,7 @@ export const DEFAULT_CONFIG: Config = {
   dataDir: "./data",
   databaseUrl: "",
   databaseUrlFile: "",
+  databaseUrlFrom: URL_BY_FLAG_OR_ENV,
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -288,6 +302,8 @@ export const SETTINGS: Setting[] = [
 function userCutShort(parsed: URL): boolean {
   return parsed.username === "" && `${parsed.pathname}${parsed.search}${parsed.hash}`.includes("@");
 }
+/** settingOf is the entry of SETTINGS for a Config key. */
+const settingOf = (key: keyof Config) => SETTINGS.find((s) => s.key === key)!;
 
 /** redactedUrl is a database URL with its password replaced by ***, fit for messages and logs. */
 export function redactedUrl(url: string): string {
@@ -349,10 +365,37 @@ export function givenTwice(name: string): ConfigError {
   return new ConfigError(`${name} is given twice; give it once`);
 }
 
+/**
+ * namesPostgresHost tells whether a database URL setting's text is a postgres:// URL with a host (its
+ * port aside, which may be out of range), the one form redactedUrl knows where the password is in.
+ */
+function namesPostgresHost(text: string): boolean {
+  if (!URL.canParse(text)) return DATABASE_URL_PORT.test(text);
+  const url = new URL(text);
+  return /^postgres(ql)?:$/.test(url.protocol) && url.host !== "";
+}
+
+/**
+ * databaseUrlMistake says what a database URL setting's text that is not a postgres:// URL looks
+ * like, without repeating any of it: it may be the password in another form (a libpq keyword
+ * string, a .pgpass line, the bare password), or the secrets key given by mistake.
+ */
+function databaseUrlMistake(text: string): string {
+  // crm.env's line moved into database_url_file as it was, which upgrade note 12 has them do with the URL.
+  if (/^[a-z_][a-z0-9_]*=\s*["']?postgres(ql)?:/i.test(text)) return "it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes";
+  if (/^["']\s*postgres(ql)?:/i.test(text)) return "it is in quotes: the URL goes alone, without them";
+  if (/^[a-z_]+\s*=/i.test(text)) return "it looks like a libpq keyword string, host=... password=...";
+  if (/^[a-z][a-z0-9+.:-]*:\/\//i.test(text)) return "it is a URL of another kind";
+  if (/^[^:\s]+:[^:\s]*:[^:\s]*:[^:\s]*:./.test(text)) return "it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD";
+  return "it is not a URL";
+}
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
-  // A secret is never echoed, not even a malformed one: this line ends up in logs.
-  const shown = () => (setting.kind === "secret" ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw)));
+  // A secret is never echoed, not even a malformed one: this line ends up in logs. Nor is a database
+  // URL's text unless it is one whose password redactedUrl can find.
+  const hidden = setting.kind === "secret" || (setting.kind === "database-url" && !namesPostgresHost(text));
+  const shown = () => (hidden ? "the value" : JSON.stringify(setting.kind === "database-url" ? redactedUrl(text) : String(raw)));
   const fail = (expected: string): never => {
     throw new ConfigError(`invalid ${source}: ${shown()} is not ${expected}`);
   };
@@ -402,9 +445,9 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     case "database-url": {
       const port = DATABASE_URL_PORT.exec(text)?.[1];
       if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) throw new ConfigError(`invalid ${source}: ${shown()} has port ${port}; the port must be 1 to 65535`);
-      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail("a postgres:// or postgresql:// URL");
+      if (!(URL.canParse(text) && /^postgres(ql)?:$/.test(new URL(text).protocol))) fail(`a postgres:// or postgresql:// URL (${databaseUrlMistake(text)}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`);
       // postgres: is no special scheme to URL: with a slash missing it takes the rest for a path.
-      if (new URL(text).host === "") fail("a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE");
+      if (new URL(text).host === "") fail("a postgres:// URL with a host (is a slash missing after postgres:?); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE");
       if (userCutShort(new URL(text))) fail("a postgres:// URL whose user and password are percent-encoded (an @ after the host: write each /, ?, # and @ in them as %2F, %3F, %23, %40)");
       return text;
     }
@@ -464,12 +507,17 @@ const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "
 /**
  * fileValueText is a crm.toml value as the text a flag would give: a string, number or boolean,
  * or for a list setting an array of them. A table or a nested array is refused, not turned into
- * "[object Object]" or flattened.
+ * "[object Object]" or flattened; so is an empty item, as refuseEmpty refuses an empty value: the
+ * same unfilled template (trusted_proxies = ["${LB_IP}"], LB_IP unset), which joined into "" read as
+ * no proxy, or for allow_private_targets as false.
  */
 function fileValueText(setting: Setting, raw: unknown, source: string): string {
   const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
   if (scalar(raw)) return String(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
+  if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
+    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
+  }
   if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
 }
@@ -499,13 +547,21 @@ function readDatabaseUrlFile(path: string): string {
   try {
     text = readFileSync(path, "utf8").trim();
   } catch (error) {
-    throw new ConfigError(isAbsent(error) ? `database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist` : `database URL file ${path} cannot be read: ${fileErrorText(error)}`);
+    if (isAbsent(error)) throw new ConfigError(`database URL file ${path} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
+    // Another user's file (root's, installed without -o crm) is named with its fix, as the secrets key is: serve already runs as the service's user.
+    throw new ConfigError(`database URL file ${path} cannot be read: ${notOwnedText(path, path) ?? fileErrorText(error)}`);
   }
   const onOneLine = "put the postgres:// URL in it, on one line";
   if (text === "") throw new ConfigError(`database URL file ${path} is empty: ${onOneLine}`);
   // URL parsing drops line breaks: two URLs would be read as one.
   if (/[\r\n]/.test(text)) throw new ConfigError(`database URL file ${path} holds more than one line: ${onOneLine}`);
-  return parseValue(SETTINGS.find((s) => s.key === "databaseUrl")!, text, `database URL file ${path}`) as string;
+  return parseValue(settingOf("databaseUrl"), text, `database URL file ${path}`) as string;
+}
+
+/** databaseUrlFileOpenTo words the warning of a database URL file other users may read (openToOthers), or null; serve logs it, a command prints it. */
+export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): string | null {
+  if (!config.databaseUrlFile) return null;
+  return openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
 }
 
 /**
@@ -535,7 +591,8 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
       // Its value is never the next argument, which would be taken for a command's: the flag alone means on.
       const next = args[i + 1];
       if (setting.kind === "private-targets" && next !== undefined && !next.startsWith("-")) {
-        throw new ConfigError(`${name} takes its networks after =, as in ${name}=${next} (alone it allows every non-public address)`);
+        // A blank one ("$NETS" unset) is not shown as the example: written after =, it is refused as empty.
+        throw new ConfigError(`${name} takes its networks after =, as in ${name}=${next.trim() === "" ? "NETWORKS" : next} (alone it allows every non-public address)`);
       }
       flags.set(name, "true");
       continue;
@@ -552,6 +609,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
     if (!knownFileKeys.has(key)) throw new ConfigError(`unknown setting ${key} in ${configPath}`);
   }
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
+  const inFile = (setting: Setting) => !flags.has(setting.flag) && env[setting.env] === undefined && fileKey(setting) in file;
   for (const setting of SETTINGS) {
     if (flags.has(setting.flag)) {
       refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
@@ -568,9 +626,18 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
       config[setting.key] = setting.path ? resolve(dirname(configPath!), value as string) : value;
     }
   }
+  const urlSetting = settingOf("databaseUrl");
+  const urlFileSetting = settingOf("databaseUrlFile");
+  // A command given the service's crm.toml reaches its database with --config, the password kept out of argv.
+  const byConfig = () => ({ reach: ["--config", resolve(configPath!)] });
   if (config.databaseUrlFile) {
     if (config.databaseUrl) throw new ConfigError("the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one");
-    config.databaseUrl = readDatabaseUrlFile(config.databaseUrlFile as string);
+    const path = config.databaseUrlFile as string;
+    config.databaseUrl = readDatabaseUrlFile(path);
+    const by = inFile(urlFileSetting) ? `${fileKey(urlFileSetting)} in ${configPath}` : flags.has(urlFileSetting.flag) ? urlFileSetting.flag : urlFileSetting.env;
+    config.databaseUrlFrom = { named: `the file ${path} that ${by} names`, ...(inFile(urlFileSetting) ? byConfig() : { reach: [urlFileSetting.flag, resolve(path)] }) };
+  } else if (config.databaseUrl && inFile(urlSetting)) {
+    config.databaseUrlFrom = { named: `${fileKey(urlSetting)} in ${configPath}`, ...byConfig() };
   }
   return config as unknown as Config;
 }

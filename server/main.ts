@@ -2,7 +2,7 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -170,12 +170,20 @@ function stdoutDiscarded(): boolean {
 /**
  * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
  * at once: most commands never open the key (a migrated database has nothing to seal), and would
- * otherwise accept a missing or broken file that `serve` then refuses.
+ * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
+ * database URL file other users may read (noteOpenUrlFile); `serving`: serve logs it instead.
  */
-function loadCommandConfig(args: string[]): Config {
+function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
   const config = loadConfig(args);
   if (config.secretsKeyFile) loadSecretsKey(config);
+  if (!serving) noteOpenUrlFile(config);
   return config;
+}
+
+/** noteOpenUrlFile warns on stderr of a database URL file other users may read (databaseUrlFileOpenTo); the command goes on. */
+function noteOpenUrlFile(config: Config): void {
+  const openTo = databaseUrlFileOpenTo(config);
+  if (openTo) process.stderr.write(`crm: ${openTo}\n`);
 }
 
 /**
@@ -262,7 +270,8 @@ function databaseExists(dataDir: string): boolean {
 }
 
 /**
- * requireDatabase refuses a data directory without a database. Only serve and migrate create one:
+ * requireDatabase refuses a data directory without a database. Only serve and migrate create one
+ * (migrate not in a data_dir only the --config file names, as the set-up commands do not):
  * a token or user written to a new, empty database next to the running server's would be
  * silently useless (the token would get 401). The service may be on PostgreSQL, its URL where this
  * command did not look (crm.env, which only systemd reads): the refusal says where it goes.
@@ -376,6 +385,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
   const config = loadConfig(args);
+  noteOpenUrlFile(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
@@ -547,7 +557,7 @@ async function main(argv: string[]): Promise<number> {
   const command = args[0] && !args[0].startsWith("-") ? args.shift()! : "serve";
   switch (command) {
     case "serve": {
-      const config = loadCommandConfig(args);
+      const config = loadCommandConfig(args, { serving: true });
       checkFetchLimit(process.env.BUN_CONFIG_MAX_HTTP_REQUESTS);
       const running = await startServer(config);
       flushLogs();
@@ -574,6 +584,10 @@ async function main(argv: string[]): Promise<number> {
     }
     case "migrate": {
       const config = loadCommandConfig(args);
+      // Not in a data_dir only the --config file names, as token create does not (dataDirNamedHere): on several
+      // instances without the URL that made a database whose tokens every instance refused. The default ./data
+      // still, as a first run from the repository makes it.
+      if (!config.databaseUrl && !dataDirNamedHere(args) && config.dataDir !== DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
       const db = await openBackend(config);
       try {
         const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));

@@ -52,9 +52,15 @@ export function commandHere(words: string[], dataDir: string | null, entry = Bun
   return [...program, ...words, ...(dataDir === null ? [] : ["--data-dir", resolve(cwd, dataDir)])].map(shellWord).join(" ");
 }
 
-/** firstStartCommand is commandHere for the server's configured database; on PostgreSQL it says to add the URL, which may hold a password, rather than repeat it. */
+/**
+ * firstStartCommand is commandHere for the server's configured database. On PostgreSQL it never
+ * repeats the URL, which may hold a password: it adds where the server read it (its --config file,
+ * its --database-url-file), or says to add the URL as the server was given it.
+ */
 function firstStartCommand(config: Config, words: string[]): string {
-  return config.databaseUrl ? `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)` : commandHere(words, config.dataDir);
+  if (!config.databaseUrl) return commandHere(words, config.dataDir);
+  const { reach } = config.databaseUrlFrom;
+  return reach ? commandHere([...words, ...reach], null) : `${commandHere(words, null)} and this server's --database-url (or CRM_DATABASE_URL)`;
 }
 
 /** unbracketed is --host without the brackets an IPv6 address may be given in ("[::1]"). */

@@ -12,7 +12,7 @@ import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 export type Backend = SqliteDatabase | PostgresDatabase;
 
 /** openBackend opens the configured database: PostgreSQL when --database-url is set, else SQLite in the data directory. */
-export async function openBackend(config: Pick<Config, "databaseUrl" | "databaseSchema" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
+export async function openBackend(config: Pick<Config, "databaseUrl" | "databaseUrlFrom" | "databaseSchema" | "databasePool" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "dataDir" | "synchronous">): Promise<Backend> {
   if (config.databaseUrl) return openPostgres(config.databaseUrl, config.databasePool, config);
   return openDatabase(databasePath(config.dataDir), config.synchronous);
 }

@@ -143,12 +143,12 @@ export async function migratePostgres(
         })();
         await db.blockersReadHalfway(backend, lockTimeoutMs, applying, (sessions) => (blockers = sessions));
       } catch (error) {
-        if ((error as { errno?: unknown })?.errno === LOCK_TIMEOUT_STATE) throw lockWaitOutlasted(migration.name, lockTimeoutMs, await blockers, error);
+        if ((error as { errno?: unknown })?.errno === LOCK_TIMEOUT_STATE) throw lockWaitOutlasted(migration.name, db.urlFrom, lockTimeoutMs, await blockers, error);
         throw migrationFailure(migration.name, error);
       }
       await tx.run("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", [migration.version, migration.name, Date.now()]);
       return true;
-    }).catch((error: unknown) => Promise.reject(migrationStepFailure(migration.name, error)));
+    }).catch((error: unknown) => Promise.reject(migrationStepFailure(migration.name, db.urlFrom, error)));
     if (!ran) continue;
     held.release(warn);
     applied.push(migration.name);
@@ -161,13 +161,13 @@ export async function migratePostgres(
  * sessions it waited for (`blockers`, read halfway through the wait: blockersReadHalfway; null
  * when the wait was shorter than half the timeout, as when it came late in a long backfill).
  */
-function lockWaitOutlasted(name: string, lockTimeoutMs: number, blockers: Record<string, unknown> | null, cause: unknown): MigrationFailed {
+function lockWaitOutlasted(name: string, urlFrom: string, lockTimeoutMs: number, blockers: Record<string, unknown> | null, cause: unknown): MigrationFailed {
   const sessions = blockers?.blocking_sessions as { pid: number; application: string; role: string; client: string | null; state: string; transaction_seconds: number | null }[] | undefined;
   const named = sessions?.length
     ? `blocking sessions: ${sessions.map((s) => `pid ${s.pid} (application ${s.application || "unnamed"}, role ${s.role}, client ${s.client ?? "local"}, ${s.state}, in a transaction for ${s.transaction_seconds ?? 0} s)`).join(", ")}`
     : `the blocking sessions ${blockers?.blocking_sessions_unknown ? `could not be read (${blockers.blocking_sessions_unknown})` : "were not read"}: look for long transactions in pg_stat_activity (ORDER BY xact_start)`;
   return new MigrationFailed(
-    `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: it waited ${lockTimeoutMs / 1000} s for a lock other sessions hold (a transaction left open, a long query, a VACUUM FULL), given up by its lock_timeout; ${named}; end them (SELECT pg_terminate_backend(pid)) or let them finish, then start again`,
+    `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: it waited ${lockTimeoutMs / 1000} s for a lock other sessions hold (a transaction left open, a long query, a VACUUM FULL), given up by its lock_timeout; ${named}; end them (SELECT pg_terminate_backend(pid)) or let them finish, then start again`,
     { cause },
   );
 }
@@ -188,9 +188,9 @@ const MIGRATION_STEP_HINTS: Record<string, string> = {
  * schema_migrations table) the context migrationFailure gives the migration's own: which
  * migration, that nothing of it was applied, and what to do about the usual causes.
  */
-function migrationStepFailure(name: string, error: unknown): unknown {
+function migrationStepFailure(name: string, urlFrom: string, error: unknown): unknown {
   if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
   const hint = MIGRATION_STEP_HINTS[sqlStateOf(error) ?? ""];
-  const text = `cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
+  const text = `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
   return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
 }

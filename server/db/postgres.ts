@@ -213,7 +213,7 @@ export function schemaChangedUnder(error: unknown): boolean {
 }
 
 /** READ_ONLY_HINT says what to do when PostgreSQL refuses a write as read-only (SQLSTATE 25006). */
-export const READ_ONLY_HINT = "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write";
+export const READ_ONLY_HINT = "the server or the role is read-only (a standby, or default_transaction_read_only): point the database URL at the primary, with a role that may write";
 
 /**
  * readOnlyWriteRefusal gives a command's write that PostgreSQL refused in a read-only transaction
@@ -222,7 +222,8 @@ export const READ_ONLY_HINT = "the server or the role is read-only (a standby, o
  */
 export function readOnlyWriteRefusal(error: unknown): unknown {
   if (sqlStateOf(error) !== "25006") return error;
-  return new ConfigError(`cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
+  // Where the URL was given is not known here, in main's last catch: the refusal names none rather than a wrong one.
+  return new ConfigError(`cannot write to the PostgreSQL database: ${(error as Error).message}; ${READ_ONLY_HINT}`, { cause: error });
 }
 
 /** metLockTimeout tells whether PostgreSQL gave a statement up for its lock_timeout. */
@@ -454,6 +455,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     this.pool = new SQL(options);
     this.watch = new AnswerWatch(answerTimeoutMs, (signal) => probeServer(options, signal), () => this.replacePool());
     this.apart = new PostgresDb({ unsafe: (text, params) => onConnectionOfItsOwn(options, text, params, AbortSignal.timeout(answerTimeoutMs)) }, () => {});
+  }
+
+  /** urlFrom names where the database URL was given (DatabaseUrlFrom's named), for the migrations' refusals. */
+  get urlFrom(): string {
+    return this.home.urlFrom;
   }
 
   /** onThePool runs one statement on the pool, timed by the watch. */
@@ -874,7 +880,7 @@ export class PostgresDatabase extends PostgresDb implements Database {
   async refuseTablesElsewhere(tx: Db): Promise<void> {
     const facts = await tx.get<ServerFacts>(SERVER_FACTS, [this.home.schema]);
     const refusal = refusalOf(facts!, this.home.schema, this.home.chosen);
-    if (refusal) throw unusableDatabase(this.home.url, refusal);
+    if (refusal) throw unusableDatabase(this.home, refusal);
   }
 
   /** storageFault is null: the server keeps its own storage, and a failure there is told in its answers to each statement. */
@@ -939,16 +945,18 @@ async function probeServer(options: PostgresOptions, signal: AbortSignal): Promi
 interface TablesHome {
   /** url is --database-url, named in a refusal */
   url: string;
+  /** urlFrom names where the URL was given (DatabaseUrlFrom's named), in a refusal */
+  urlFrom: string;
   /** schema is the sessions' current schema */
   schema: string;
   /** chosen tells whether --database-schema named the schema or it is the default */
   chosen: boolean;
 }
 
-/** unusableDatabase is the one-line ConfigError of a database the service cannot use, for `reason`. */
-function unusableDatabase(url: string, reason: string, cause?: unknown): ConfigError {
+/** unusableDatabase is the one-line ConfigError of a database the service cannot use, for `reason`, naming where its URL was given. */
+function unusableDatabase({ url, urlFrom }: Pick<TablesHome, "url" | "urlFrom">, reason: string, cause?: unknown): ConfigError {
   // The cause tells the command line a server that cannot be reached just now (exit 3) from one refused for good.
-  return new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (--database-url, CRM_DATABASE_URL): ${reason}`, { cause });
+  return new ConfigError(`cannot use the PostgreSQL database at ${redactedUrl(url)} (${urlFrom}): ${reason}`, { cause });
 }
 
 /** DEFAULT_DATABASE_SCHEMA holds the service's tables when --database-schema is not given. */
@@ -1038,7 +1046,7 @@ function refusalOf(facts: ServerFacts, schema: string, chosen: boolean): string 
  * search_path (a schema named like the role made later would otherwise take the unqualified names,
  * and the next start would make every table again there). A database whose other schemas hold the
  * service's tables is refused (refusalOf). A server that cannot be reached or used is a
- * ConfigError naming --database-url (one line, no stack trace).
+ * ConfigError naming where its URL was given (one line, no stack trace).
  * A statement the server leaves without any answer for `databaseAnswerTimeoutSeconds` is given up
  * (AnswerWatch); a pooled connection idle for `databaseIdleTimeoutSeconds` is closed, before a
  * firewall can forget it: a statement sent on a forgotten connection would wait for TCP to give
@@ -1053,8 +1061,9 @@ export async function openPostgres(
     databaseSchema = DEFAULT_CONFIG.databaseSchema,
     databaseAnswerTimeoutSeconds = DEFAULT_CONFIG.databaseAnswerTimeoutSeconds,
     databaseIdleTimeoutSeconds = DEFAULT_CONFIG.databaseIdleTimeoutSeconds,
+    databaseUrlFrom = DEFAULT_CONFIG.databaseUrlFrom,
     waitOutLocks = false,
-  }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds">> & { waitOutLocks?: boolean } = {},
+  }: Partial<Pick<Config, "databaseSchema" | "databaseAnswerTimeoutSeconds" | "databaseIdleTimeoutSeconds" | "databaseUrlFrom">> & { waitOutLocks?: boolean } = {},
 ): Promise<PostgresDatabase> {
   const schema = databaseSchema || DEFAULT_DATABASE_SCHEMA;
   const chosen = databaseSchema !== "";
@@ -1092,7 +1101,7 @@ export async function openPostgres(
       },
       databaseAnswerTimeoutSeconds * 1000,
       databaseIdleTimeoutSeconds * 1000,
-      { url, schema, chosen },
+      { url, urlFrom: databaseUrlFrom.named, schema, chosen },
     );
     // A pooler that drops startup parameters (PgBouncer's ignore_startup_parameters) leaves the role's.
     const pinned = await db.get<{ schema: string | null }>("SELECT current_schema() AS schema");
@@ -1103,8 +1112,9 @@ export async function openPostgres(
     await db?.close().catch(() => {});
     const unresolved = errorCode(error) === "ERR_POSTGRES_CONNECTION_REFUSED" ? await hostLookupFailure(url) : null;
     // Without the client's error as its cause, a name that does not exist is refused for good (exit 2), not retried.
-    if (unresolved) throw unusableDatabase(url, unresolved.reason, unresolved.temporary ? error : undefined);
-    throw unusableDatabase(url, connectFailure(error), error);
+    const given = { url, urlFrom: databaseUrlFrom.named };
+    if (unresolved) throw unusableDatabase(given, unresolved.reason, unresolved.temporary ? error : undefined);
+    throw unusableDatabase(given, connectFailure(error), error);
   }
   return db;
 }

@@ -41,6 +41,8 @@ export interface ConventionOptions {
   unexpectedFailure: () => void;
   /** tablesHome names the PostgreSQL database and schema of the service's tables (tablesHomeOf), in the line saying they are missing; "" on SQLite */
   tablesHome: string;
+  /** databaseUrlFrom names where the database URL was given (DatabaseUrlFrom's named), in the lines saying what to change in it */
+  databaseUrlFrom: string;
 }
 
 const consoleFailures = requestSlot<ProblemError>("console failure");
@@ -80,10 +82,10 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
  * (body.ts), RFC 9457 problem responses for every error (errors.ts), and `Connection: close` on
  * every answer while the connections drain.
  */
-export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure, tablesHome }: ConventionOptions) {
+export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure, tablesHome, databaseUrlFrom }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
-  const faults = new DatabaseFaultLog(tablesHome);
+  const faults = new DatabaseFaultLog(tablesHome, databaseUrlFrom);
   const capacityLines = new SpacedLines<string>();
   // The route table is complete before the first request; read once, on that request.
   let routeTable: RouteEntry[] | undefined;

@@ -200,12 +200,15 @@ const DATABASE_FAILURE_LOGS: Record<DatabaseFailure, string | null> = {
   newer: null,
 };
 
-/** DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must mend (the tables' home named by tablesHomeOf). */
-const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string) => string> = {
-  "login-refused": () =>
-    "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update --database-url (CRM_DATABASE_URL) to the role's new password, or give the role its login back",
-  "database-missing": () =>
-    "the PostgreSQL database that --database-url names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point --database-url (CRM_DATABASE_URL) at it",
+/**
+ * DATABASE_FAULT_LOGS are the lines a DatabaseFault is logged with, at error: what the operator must
+ * mend (the tables' home named by tablesHomeOf; where the URL was given, DatabaseUrlFrom's named).
+ */
+const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string, urlFrom: string) => string> = {
+  "login-refused": (_home, urlFrom) =>
+    `the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update the database URL (${urlFrom}) to the role's new password, or give the role its login back`,
+  "database-missing": (_home, urlFrom) =>
+    `the PostgreSQL database that the database URL (${urlFrom}) names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point the database URL at it`,
   "tables-missing": (home) => `${tablesMissing(home)}; requests are refused (503 database-unavailable) until then`,
 };
 
@@ -226,14 +229,17 @@ const SPACED_FAILURES = new Set<DatabaseFailure>(["unavailable", "storage-full",
 export class DatabaseFaultLog {
   private readonly lines = new SpacedLines<string>();
 
-  /** home names the database and schema of the service's tables (tablesHomeOf) */
-  constructor(private readonly home: string) {}
+  /** home names the database and schema of the service's tables (tablesHomeOf); urlFrom where the database URL was given (DatabaseUrlFrom's named) */
+  constructor(
+    private readonly home: string,
+    private readonly urlFrom: string,
+  ) {}
 
   /** refused logs, unless a line about `kind` and its cause was written within the minute, the refusal of one request. */
   refused(log: Logger, kind: DatabaseFault | DatabaseFailure, error: unknown, request: { request_id: string; method: string; path: string }): void {
     const unlogged = this.lines.occurred(`${kind} ${causeOf(error)}`, performance.now());
     if (unlogged === undefined) return;
-    const line = kind in DATABASE_FAULT_LOGS ? DATABASE_FAULT_LOGS[kind as DatabaseFault](this.home) : DATABASE_FAILURE_LOGS[kind as DatabaseFailure];
+    const line = kind in DATABASE_FAULT_LOGS ? DATABASE_FAULT_LOGS[kind as DatabaseFault](this.home, this.urlFrom) : DATABASE_FAILURE_LOGS[kind as DatabaseFailure];
     if (line) log.error(line, { ...request, error: String(error), ...codeOf(error), ...(unlogged === null ? {} : { refused_since_last_line: unlogged }) });
   }
 }

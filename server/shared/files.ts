@@ -221,6 +221,23 @@ export function statIfThere(path: string): Stats | undefined {
 }
 
 /**
+ * openToOthers words why a file of secrets (`what`, whose reader gains `risk`) that its group or
+ * other users may read or write should be its owner's alone, with the fix, or null when it is, or
+ * is no regular file (a pipe, a terminal) or is gone. A warning, not a refusal: secret stores mount
+ * such files so on purpose (a Kubernetes Secret 0644, or root:fsGroup 0440 behind symlinks; a
+ * Docker secret 0444; with fsGroup the data directory's own key turns 0660 at each mount),
+ * read-only, where neither chmod nor chown can be run, and a refusal stopped every instance at its
+ * next start.
+ */
+export function openToOthers(path: string, what: string, risk: string): string | null {
+  const stats = statIfThere(path);
+  if (!stats?.isFile() || (stats.mode & 0o077) === 0) return null;
+  const me = process.getuid?.() ?? stats.uid;
+  const chown = me !== stats.uid && me !== 0 ? `chown ${userName(me)} ${path} && ` : "";
+  return `${what} is open to other users (mode 0${(stats.mode & 0o777).toString(8)}): ${risk}; unless a secret store mounts it so, make it the owner's alone: ${chown}chmod 600 ${path}`;
+}
+
+/**
  * fileErrorText words a file system error for a one-line message; a permission denied says who
  * should run the command (`remedy`: by default the service's user, whose files these are), a
  * directory given for a file says so.

@@ -1,11 +1,11 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database, Db } from "../db/sql.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
-import { readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ConfigError, type Config } from "../config.ts";
 import { sameBytes } from "../shared/crypto.ts";
-import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, partialName, pathExists, publishFile, removeStalePartials, userName } from "../shared/files.ts";
+import { createOwnerOnlyFile, fileErrorText, fsyncPath, giveToFolderOwner, notOwnedText, openToOthers, partialName, pathExists, publishFile, removeStalePartials } from "../shared/files.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
 import { deleteSecretsKeyCheck, findOneSealedSecret, findSecretsKeyCheck, insertSecretsKeyCheck, listUnsealedSecretAnswers, listUnsealedSubscriptionSecrets, updateAnswerSecret, updateSubscriptionSecrets } from "./store.ts";
 
@@ -194,19 +194,9 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   return { key, path, created: false, openTo: keyOpenTo(path) };
 }
 
-/**
- * keyOpenTo words why a key file its group or other users may read or write should be its owner's
- * alone, with the fix, or null when it is. A warning, not a refusal: secret stores mount keys so on
- * purpose (a Kubernetes Secret 0644, or root:fsGroup 0440 behind symlinks; a Docker secret 0444;
- * with fsGroup the data directory's own key turns 0660 at each mount), read-only, where neither
- * chmod nor chown can be run, and a refusal stopped every instance at its next start.
- */
+/** keyOpenTo words the warning of a key file other users may read (openToOthers), or null. */
 function keyOpenTo(path: string): string | null {
-  const { mode, uid } = statSync(path);
-  if ((mode & 0o077) === 0) return null;
-  const me = process.getuid?.() ?? uid;
-  const chown = me !== uid && me !== 0 ? `chown ${userName(me)} ${path} && ` : "";
-  return `the secrets key file is open to other users (mode 0${(mode & 0o777).toString(8)}): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: ${chown}chmod 600 ${path}`;
+  return openToOthers(path, "the secrets key file", "whoever may read it and gets a backup can read every signing secret");
 }
 
 /**

@@ -544,9 +544,13 @@ describe("command line: errors", () => {
       [["operator", "list"]],
       [["backup", join(dataDir, "copy.sqlite")]],
       [["secrets-key", "reset", "--yes-disable-every-subscription"]],
+      // migrate too: the database it made there took the next token create --config's token, which every instance refused.
+      [["migrate"]],
     ];
     for (const [args, stdin] of commands) expect([args.join(" "), await run(args, stdin)]).toEqual([args.join(" "), refusal]);
     expect([readdirSync(state), existsSync(join(dataDir, "copy.sqlite"))]).toEqual([[], false]);
+    // Named for the run, the data directory is set up, as an install script does before the first start.
+    expect(await run(["migrate", "--data-dir", state])).toEqual({ stdout: `applied ${MIGRATIONS.map((m) => m.name).join(", ")}\n`, stderr: "", code: 0 });
   });
 
   test("a token name with a control character (C0, DEL, C1) is refused with one line naming it, and no token is made", async () => {
@@ -684,10 +688,41 @@ describe("command line: errors", () => {
     // Bun's client reports a host name that does not resolve as a refused connection too: a typo is no server to wait for (.invalid never resolves, RFC 6761).
     const typo = await crm(["token", "list", "--database-url", "postgres://crm:pw@db.interal.invalid:5432/crm"]);
     expect(typo).toEqual({ stdout: "", stderr: "crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (--database-url, CRM_DATABASE_URL): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n", code: 2 });
+    // Read from a file, the URL is named by the file and the setting naming that file: the mistake is there, not in a CRM_DATABASE_URL.
+    const urlFile = join(dataDir, "database-url");
+    writeFileSync(urlFile, "postgres://crm:pw@db.interal.invalid:5432/crm\n", { mode: 0o600 });
+    const configFile = join(dataDir, "crm.toml");
+    writeFileSync(configFile, 'database_url_file = "database-url"\n');
+    const fromFile = (source: string) => `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (the file ${urlFile} that ${source} names): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`;
+    expect([await crm(["token", "list", "--database-url-file", urlFile]), await crm(["token", "list"], { CRM_DATABASE_URL_FILE: urlFile }), await crm(["token", "list", "--config", configFile])]).toEqual([
+      { stdout: "", stderr: fromFile("--database-url-file"), code: 2 },
+      { stdout: "", stderr: fromFile("CRM_DATABASE_URL_FILE"), code: 2 },
+      { stdout: "", stderr: fromFile(`database_url_file in ${configFile}`), code: 2 },
+    ]);
+    writeFileSync(configFile, 'database_url = "postgres://crm:pw@db.interal.invalid:5432/crm"\n');
+    expect((await crm(["token", "list", "--config", configFile])).stderr).toBe(
+      `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (database_url in ${configFile}): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`,
+    );
     expect((await crm(["token", "list", "--no-such-option"])).code).toBe(2);
     const help = (await crm(["--help"])).stdout;
     for (const status of ["Exit status:\n  0  done (with a warning", "\n  1  not done", "\n  2  usage mistake or refused", "\n  3  the database is busy or cannot be reached just now: try again later\n", "\n  141  the reader of its output left"]) expect(help).toContain(status);
   }, 30_000);
+
+  test("a database URL file other users may read is warned of on stderr, as the secrets key is, naming its mode and the chmod; the command goes on", async () => {
+    const urlFile = join(dataDir, "database-url");
+    writeFileSync(urlFile, "postgres://crm:pw@127.0.0.1:1/crm\n");
+    chmodSync(urlFile, 0o644);
+    const unreachable = `crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (the file ${urlFile} that --database-url-file names): connection refused (is the server running and the host and port right?)\n`;
+    expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({
+      stdout: "",
+      stderr:
+        `crm: the database URL file is open to other users (mode 0644): whoever may read it logs in to the database as the service, to every contact, user and sealed secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${urlFile}\n` +
+        unreachable,
+      code: 3,
+    });
+    chmodSync(urlFile, 0o600);
+    expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
+  });
 
   test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
     await crm(["migrate"]);

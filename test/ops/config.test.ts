@@ -126,7 +126,9 @@ describe("configuration: sources and precedence", () => {
       databasePool: 25,
     });
     const file = configFile('database_url = "postgres://crm@127.0.0.1/crm"\ndatabase_pool = 2\n');
-    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databasePool: 2 });
+    // Where the URL came from is kept for the messages that send the operator to it, and the hints that reach it without the password.
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databaseUrlFrom: { named: `database_url in ${file}`, reach: ["--config", file] }, databasePool: 2 });
+    expect(loadConfig(["--config", file], { CRM_DATABASE_URL: "postgres://crm@db/crm" }).databaseUrlFrom).toEqual({ named: "--database-url, CRM_DATABASE_URL", reach: null });
   });
 
   test("database_url_file names a file holding the database URL on one line: crm.toml, which the service and every command read, names the database without holding its password", () => {
@@ -135,8 +137,10 @@ describe("configuration: sources and precedence", () => {
     writeFileSync(join(home, "database-url"), `${url}\n`, { mode: 0o600 });
     const file = join(home, "crm.toml");
     writeFileSync(file, 'database_url_file = "database-url"\n');
-    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: join(home, "database-url"), databaseUrl: url });
-    expect(loadConfig([], { CRM_DATABASE_URL_FILE: join(home, "database-url") }).databaseUrl).toBe(url);
+    const urlFile = join(home, "database-url");
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: urlFile, databaseUrl: url, databaseUrlFrom: { named: `the file ${urlFile} that database_url_file in ${file} names`, reach: ["--config", file] } });
+    expect(loadConfig([], { CRM_DATABASE_URL_FILE: urlFile })).toEqual({ ...DEFAULT_CONFIG, databaseUrlFile: urlFile, databaseUrl: url, databaseUrlFrom: { named: `the file ${urlFile} that CRM_DATABASE_URL_FILE names`, reach: ["--database-url-file", urlFile] } });
+    expect(loadConfig(["--database-url-file", urlFile], {}).databaseUrlFrom).toEqual({ named: `the file ${urlFile} that --database-url-file names`, reach: ["--database-url-file", urlFile] });
     // The URL given both ways is refused: which one was meant is not guessed.
     const twice = "the database URL is given twice, by database_url (--database-url, CRM_DATABASE_URL) and by database_url_file (--database-url-file, CRM_DATABASE_URL_FILE); give one";
     expect(configError(() => loadConfig(["--config", file], { CRM_DATABASE_URL: url }))).toBe(twice);
@@ -147,7 +151,28 @@ describe("configuration: sources and precedence", () => {
     };
     expect(wrong("")).toBe(`database URL file ${join(home, "wrong")} is empty: put the postgres:// URL in it, on one line`);
     expect(wrong(`${url}\n${url}\n`)).toBe(`database URL file ${join(home, "wrong")} holds more than one line: put the postgres:// URL in it, on one line`);
-    expect(wrong("mysql://crm:secret@db/crm")).toBe(`invalid database URL file ${join(home, "wrong")}: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL`);
+    const notUrl = (why: string) => `invalid database URL file ${join(home, "wrong")}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
+    // The file holds the password, in whatever form was put there: no part of it is repeated.
+    expect([
+      wrong("mysql://crm:secret@db/crm"),
+      wrong("jdbc:postgresql://db.internal:5432/crm?user=crm&password=S3cr3t-Pw"),
+      wrong("host=db.internal port=5432 user=crm password=S3cr3t-Pw dbname=crm\n"),
+      wrong("db.internal:5432:crm:crm:S3cr3t-Pw\n"),
+      wrong("S3cr3t-Pw\n"),
+      // crm.env's line moved as it was (upgrade note 12 says to move the URL), or the URL quoted.
+      wrong("CRM_DATABASE_URL=postgres://crm:S3cr3t-Pw@db.internal:5432/crm\n"),
+      wrong("CRM_DATABASE_URL='postgres://crm:S3cr3t-Pw@db.internal:5432/crm'\n"),
+      wrong('"postgres://crm:S3cr3t-Pw@db.internal:5432/crm"\n'),
+    ]).toEqual([
+      notUrl("it is a URL of another kind"),
+      notUrl("it is a URL of another kind"),
+      notUrl("it looks like a libpq keyword string, host=... password=..."),
+      notUrl("it looks like a .pgpass line, HOST:PORT:DATABASE:USER:PASSWORD"),
+      notUrl("it is not a URL"),
+      notUrl("it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes"),
+      notUrl("it starts with a variable's name and =, as a line of crm.env does: the URL goes alone, without NAME= or quotes"),
+      notUrl("it is in quotes: the URL goes alone, without them"),
+    ]);
     expect(configError(() => loadConfig(["--database-url-file", join(home, "missing")], {}))).toBe(`database URL file ${join(home, "missing")} (--database-url-file, CRM_DATABASE_URL_FILE) does not exist`);
     expect(configError(() => loadConfig(["--database-url-file", home], {}))).toBe(`database URL file ${home} cannot be read: it is a directory, not a file`);
   });
@@ -215,6 +240,12 @@ describe("configuration: invalid input names the setting", () => {
     }
     // A TOML list with nothing in it says so on purpose.
     expect(loadConfig(["--config", configFile("trusted_proxies = []\nallow_private_targets = []\n")], {})).toEqual(DEFAULT_CONFIG);
+    // An empty item is the same unfilled template (trusted_proxies = ["${LB_IP}"], LB_IP unset), not a list with nothing in it.
+    for (const line of ['trusted_proxies = [""]', 'trusted_proxies = ["  "]', 'trusted_proxies = ["10.0.0.1", ""]', 'allow_private_targets = [""]', 'retry_schedule = [5, ""]']) {
+      const file = configFile(`${line}\n`);
+      const key = line.split(" ")[0];
+      expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid ${key} in ${file}: an item of the list is set but empty; give it a value, or remove it (${key} = [] is a list with nothing in it)`);
+    }
   });
 
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
@@ -267,6 +298,8 @@ describe("configuration: invalid input names the setting", () => {
       configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/8," })),
       configError(() => loadConfig([], { CRM_ALLOW_PRIVATE_TARGETS: "10.0.0.0/+8" })),
       configError(() => loadConfig(["--allow-private-targets", "10.0.0.0/8"], {})),
+      // --allow-private-targets "$NETS" with NETS unset: the example is not the empty value, refused as empty after =.
+      configError(() => loadConfig(["--allow-private-targets", ""], {})),
     ]).toEqual([
       invalid("10.0.0.0/33", "10.0.0.0/33 has a prefix longer than 32 bits"),
       invalid("10.0.0.0/8,fd12::/129", "fd12::/129 has a prefix longer than 128 bits"),
@@ -275,6 +308,7 @@ describe("configuration: invalid input names the setting", () => {
       invalid("10.0.0.0/8,", "an entry is empty"),
       invalid("10.0.0.0/+8", "10.0.0.0/+8 is not an IP address or network"),
       "--allow-private-targets takes its networks after =, as in --allow-private-targets=10.0.0.0/8 (alone it allows every non-public address)",
+      "--allow-private-targets takes its networks after =, as in --allow-private-targets=NETWORKS (alone it allows every non-public address)",
     ]);
   });
 
@@ -292,15 +326,16 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
   });
 
-  test("a database URL that is not postgres:// or postgresql:// names the setting and never shows its password", () => {
+  test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
     expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=%2Fk.pem&sslpassword=***");
-    expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe('invalid --database-url: "mysql://***@db/crm" is not a postgres:// or postgresql:// URL');
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe('invalid CRM_DATABASE_URL: "db.internal:5432" is not a postgres:// or postgresql:// URL');
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe('invalid CRM_DATABASE_URL: "***@db/crm" is not a postgres:// or postgresql:// URL');
+    const notUrl = (source: string, why: string) => `invalid ${source}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
+    expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe(notUrl("--database-url", "it is a URL of another kind"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "crm:hunter2@db/crm" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));
     const file = configFile('database_url = "sqlite:///var/lib/crm"\n');
-    expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid database_url in ${file}: "sqlite:///var/lib/crm" is not a postgres:// or postgresql:// URL`);
+    expect(configError(() => loadConfig(["--config", file], {}))).toBe(notUrl(`database_url in ${file}`, "it is a URL of another kind"));
   });
 
   test("a database URL missing a slash (so without a host) is refused, by every command, and never printed with its password", () => {
@@ -309,16 +344,17 @@ describe("configuration: invalid input names the setting", () => {
     expect(redactedUrl("postgres:crm:hunter2@db/crm?sslpassword=hunter3")).toBe("postgres:***@db/crm?sslpassword=***");
     expect(redactedUrl("postgresql:///crm:hunter2@db/crm")).toBe("postgresql:///***@db/crm");
     expect(redactedUrl("postgres:///crm?password=hunter2")).toBe("postgres:///crm?password=***");
-    const noHost = (shown: string) => `invalid CRM_DATABASE_URL: ${JSON.stringify(shown)} is not a postgres:// URL with a host: postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:/crm:hunter2@db.internal:5432/crm" }))).toBe(noHost("postgres:/***@db.internal:5432/crm"));
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:\\\\crm:hunter2@db/crm" }))).toBe(noHost("postgres:\\\\***@db/crm"));
-    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:///crm" }))).toBe(noHost("postgres:///crm"));
+    // Nor is it repeated in the refusal, redacted or not, as no value that is not a postgres:// URL with a host is.
+    const noHost = "invalid CRM_DATABASE_URL: the value is not a postgres:// URL with a host (is a slash missing after postgres:?); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE";
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:/crm:hunter2@db.internal:5432/crm" }))).toBe(noHost);
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:\\\\crm:hunter2@db/crm" }))).toBe(noHost);
+    expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "postgres:///crm" }))).toBe(noHost);
     const dir = tempDir("url-typo");
     const key = join(dir, "secrets.key");
     writeFileSync(key, `${Buffer.alloc(32, 7).toString("base64")}\n`, { mode: 0o600 });
     for (const url of ["postgres:/crm:Sekr1tPW@db.invalid:5432/crm", "postgres:crm:Sekr1tPW@db.invalid/crm", "postgres:///crm:Sekr1tPW@db.invalid/crm"]) {
       const run = runCli([...SOURCE, "token", "list", "--secrets-key-file", key], { env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url } });
-      expect({ exitCode: run.exitCode, stdout: run.stdout, stderr: run.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${noHost(redactedUrl(url))}\n` });
+      expect({ exitCode: run.exitCode, stdout: run.stdout, stderr: run.stderr }).toEqual({ exitCode: 2, stdout: "", stderr: `crm: ${noHost}\n` });
       expect(run.stderr).not.toContain("Sekr1tPW");
     }
   }, 60_000);

@@ -125,6 +125,17 @@ describe.skipIf(!isRoot)("as an unprivileged user, files and folders root owns: 
     }, 60_000);
   }
 
+  test("a database URL file root:root 0600 (installed without -o crm): serve and a command name the owner and the chown, as for the secrets key, not 'run the command as the user the service runs as', which serve already is", async () => {
+    const file = join(work, "database-url");
+    writeFileSync(file, "postgres://crm:pw@127.0.0.1:1/crm\n", { mode: 0o600 });
+    chownSync(file, 0, 0);
+    const line = `crm: database URL file ${file} cannot be read: ${file} is owned by root, ${runsAs}: chown nobody ${file}\n`;
+    expect([asNobody(["token", "list", "--database-url-file", file]), await untilExit(["serve", "--port", "0", "--database-url-file", file])]).toEqual([
+      { exitCode: 2, stderr: line },
+      { exitCode: 2, stderr: line },
+    ]);
+  }, 60_000);
+
   test("a data directory root:root 0700: token list and serve name its owner and the chown -R", async () => {
     const dir = copyOfGood("dir-root-0700");
     chownSync(dir, 0, 0);

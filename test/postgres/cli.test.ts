@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { SQL } from "bun";
 import { createApp, createRuntime } from "../../server/app.ts";
@@ -10,7 +10,8 @@ import { openPostgres } from "../../server/db/postgres.ts";
 import { POSTGRES_MIGRATIONS } from "../../server/db/postgres-migrations.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
-import { runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
+import { commandHere } from "../../server/server.ts";
+import { ROOT, runCli, SOURCE, spawnServer, tempDir } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { startReceiver, waitFor } from "../webhooks/support.ts";
@@ -70,6 +71,58 @@ describe("command line on PostgreSQL: happy paths", () => {
     expect(readdirSync(state)).toEqual([]);
     rmSync(etc, { recursive: true });
     rmSync(state, { recursive: true });
+  });
+
+  test("serve given crm-instances.toml's layout names the --config file that gave it the URL, never CRM_DATABASE_URL: its first-start hints add --config, and its log line of a database gone names the URL file and the setting naming it", async () => {
+    const fresh = await createTestDatabase();
+    const etc = join(dir, "etc-hints");
+    mkdirSync(etc);
+    const urlFile = join(etc, "database-url");
+    writeFileSync(urlFile, `${fresh.url}\n`, { mode: 0o600 });
+    const config = join(etc, "crm.toml");
+    writeFileSync(config, `database_url_file = "database-url"\nsecrets_key_file = ${JSON.stringify(keyFile)}\n`);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--config", config], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+    try {
+      const here = (words: string[]) => commandHere(words, null, join(ROOT, "server", "main.ts"), process.execPath, dir);
+      const hints = server.logLines().filter((line) => /^no (API token|console operator) exists yet/.test(line.msg));
+      expect(hints.map((line) => line.msg)).toEqual([
+        `no API token exists yet; create the first one with: ${here(["token", "create", "--name", "my-integration", "--config", config])}`,
+        expect.stringMatching(/^no console operator exists yet; open this one-time link within 30 minutes to create the first one \(or run: (.*)\)$/),
+      ]);
+      expect(hints[1]!.msg).toEndWith(`(or run: ${here(["operator", "create", "--email", "E", "--password-stdin", "--config", config])})`);
+      // The hint's command, as typed, makes a token the server takes.
+      const created = runCli([...SOURCE, "token", "create", "--name", "my-integration", "--config", config], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+      expect([created.exitCode, created.stderr]).toEqual([0, expect.stringMatching(/^created token tok_\w+ \(my-integration\); it is shown only this once\n$/)]);
+      expect((await fetch(`${server.url}/public/v1/contacts`, { headers: { authorization: `Bearer ${created.stdout.trim()}` } })).status).toBe(200);
+      await fresh.drop();
+      expect((await fetch(`${server.url}/public/v1/contacts`, { headers: { authorization: `Bearer ${created.stdout.trim()}` } })).status).toBe(503);
+      const gone = await waitFor(() => server.logLines().find((line) => line.level === "error" && String(line.msg).includes("does not exist")), "the database's absence logged");
+      expect(gone.msg).toBe(
+        `the PostgreSQL database that the database URL (the file ${urlFile} that database_url_file in ${config} names) names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point the database URL at it`,
+      );
+    } finally {
+      await server.stopWith("SIGTERM");
+      await fresh.drop();
+      rmSync(etc, { recursive: true });
+    }
+  });
+
+  test("serve warns of a database URL file other users may read, as it warns of the secrets key", async () => {
+    const urlFile = join(dir, "open-database-url");
+    writeFileSync(urlFile, `${database.url}\n`);
+    chmodSync(urlFile, 0o644);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url-file", urlFile, "--secrets-key-file", keyFile], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+    try {
+      expect(server.logLines().filter((line) => line.level === "warn" && String(line.msg).includes("open to other users"))).toEqual([
+        expect.objectContaining({
+          msg: `the database URL file is open to other users (mode 0644): whoever may read it logs in to the database as the service, to every contact, user and sealed secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${urlFile}`,
+          path: urlFile,
+        }),
+      ]);
+    } finally {
+      await server.stopWith("SIGTERM");
+      rmSync(urlFile);
+    }
   });
 
   test("serve with the key file answers the API with a token created by the command line, and /readyz is ready", async () => {

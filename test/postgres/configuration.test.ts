@@ -338,7 +338,7 @@ describe("postgres configuration: the role", () => {
         stdout: "",
         stderr:
           `crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${last}, and nothing of it was applied: cannot execute CREATE TABLE in a read-only transaction; ` +
-          "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write\n",
+          "the server or the role is read-only (a standby, or default_transaction_read_only): point the database URL at the primary, with a role that may write\n",
       });
     });
   });
@@ -353,8 +353,8 @@ describe("postgres configuration: the role", () => {
           exitCode: 2,
           stdout: "",
           stderr:
-            "crm: cannot write to the PostgreSQL database (--database-url, CRM_DATABASE_URL): cannot execute INSERT in a read-only transaction; " +
-            "the server or the role is read-only (a standby, or default_transaction_read_only): point --database-url at the primary, with a role that may write\n",
+            "crm: cannot write to the PostgreSQL database: cannot execute INSERT in a read-only transaction; " +
+            "the server or the role is read-only (a standby, or default_transaction_read_only): point the database URL at the primary, with a role that may write\n",
         });
       }
     });

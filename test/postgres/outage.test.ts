@@ -937,7 +937,7 @@ describe("database refusing work", () => {
       const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection/.test(line.error));
       expect(lines.map((line) => [line.msg, line.error])).toEqual([
         [
-          "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update --database-url (CRM_DATABASE_URL) to the role's new password, or give the role its login back",
+          "the PostgreSQL server refuses the service's login (its password changed, its LOGIN revoked, or pg_hba.conf): requests are refused (503 database-unavailable) until it accepts it; update the database URL (--database-url, CRM_DATABASE_URL) to the role's new password, or give the role its login back",
           `PostgresError: role "${role}" is not permitted to log in`,
         ],
       ]);
@@ -959,7 +959,7 @@ describe("database refusing work", () => {
     const lines = server.logLines().filter((line) => line.request_id && line.level === "error" && !/terminating connection/.test(line.error));
     expect(lines.map((line) => [line.msg, line.error])).toEqual([
       [
-        "the PostgreSQL database that --database-url names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point --database-url (CRM_DATABASE_URL) at it",
+        "the PostgreSQL database that the database URL (--database-url, CRM_DATABASE_URL) names does not exist (dropped or renamed): requests are refused (503 database-unavailable) until it is back; restore it, or point the database URL at it",
         `PostgresError: database "${doomed.name}" does not exist`,
       ],
     ]);
