@@ -6,7 +6,7 @@ import { createRuntime } from "../../server/app.ts";
 import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { openPostgres } from "../../server/db/postgres.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { runCli, SOURCE, tempDir } from "../ops/support.ts";
+import { runCli, SOURCE, tempDir, waitUntil } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -33,9 +33,9 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** crm runs the command line from source on the test database, its answer timeout `answerSeconds`. */
-function crm(args: string[], answerSeconds = 5) {
-  return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: String(answerSeconds) } });
+/** crm runs the command line from source on the test database. */
+function crm(args: string[]) {
+  return runCli([...SOURCE, ...args], { cwd: dir, env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url } });
 }
 
 /** whileContactsLocked runs `work` while another session holds an ACCESS EXCLUSIVE lock on contacts (an ALTER TABLE's, a VACUUM FULL's). */
@@ -69,3 +69,22 @@ test("an instance started while contacts is locked beyond the answer timeout log
     await db.close();
   }
 });
+
+test("crm user create reads the stamps stored before it takes the write lock: waiting on a lock on contacts, it holds up no instance's writes", async () => {
+  const { n, command } = await whileContactsLocked(async () => {
+    // A generous answer timeout: the command waits until the lock is released.
+    const command = Bun.spawn([...SOURCE, "user", "create", "--name", "Ada", "--email", "ada@example.com"], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_DATABASE_ANSWER_TIMEOUT_SECONDS: "600" },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const waiting = async () => (await admin`SELECT pid FROM pg_locks WHERE NOT granted AND relation = 'contacts'::regclass`).map((row: { pid: number }) => row.pid) as number[];
+    await waitUntil(async () => (await waiting()).length > 0, "the command to wait on the lock", command);
+    const pids = await waiting();
+    // The write lock is the only advisory lock the service takes.
+    const [{ n }] = await admin.unsafe(`SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid IN (${pids.join(", ")})`);
+    return { n, command };
+  });
+  expect({ exitCode: await command.exited, stderr: await new Response(command.stderr).text(), holdsWriteLock: n > 0 }).toEqual({ exitCode: 0, stderr: "", holdsWriteLock: false });
+}, 60_000);
