@@ -446,6 +446,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
   const remove = async () => {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
+      await db.changeClock.seedBeforeWrites(db);
       const deleted = await deleteUser(db, id, UNLINK_CHUNK, null);
       // A lost wake-up only leaves the deliveries to the instances' next poll.
       await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
@@ -664,6 +665,7 @@ async function main(argv: string[]): Promise<number> {
       // An empty value is the service's to refuse, in the words the API uses for it.
       if (name === undefined || email === undefined) throw new ConfigError("user create needs --name and --email");
       const db = await openConfiguredDatabase(loadCommandConfig(args), { setUp: dataDirNamedHere(args) });
+      await db.changeClock.seedBeforeWrites(db);
       const user = await db.write(async (tx) => createUser(tx, { name, email }, await db.changeClock.stamp(tx)));
       printOut(`${printable(JSON.stringify(user))}\n`);
       return EXIT.done;

@@ -139,7 +139,8 @@ async function writeAccountChange(db: Db, current: AccountRow, input: AccountInp
   // Canonical form: the same properties sent in another key order are no change.
   if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { account: before, changed: false };
   await updateAccountRow(db, row);
-  await recordEvent(db, "account.updated", after, requestId, now);
+  // Its event happened at its updated_at: a stamp a clock ahead left on the account is kept (notBefore).
+  await recordEvent(db, "account.updated", after, requestId, row.updated_at);
   return { account: after, changed: true };
 }
 

@@ -318,7 +318,8 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
   if (input.account_ids !== undefined) await replaceContactAccounts(db, row, input.account_ids ?? []);
   if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
   if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
-  await recordEvent(db, "contact.updated", after, requestId, now);
+  // Its event happened at its updated_at: a stamp a clock ahead left on the contact is kept (notBefore).
+  await recordEvent(db, "contact.updated", after, requestId, row.updated_at);
   return { contact: after, changed: true };
 }
 
@@ -499,6 +500,9 @@ export async function removeContactTag(rt: Runtime, contactId: string, tag: stri
  */
 export const UNLINK_CHUNK = 100;
 
+/** contactChange is a contact changed set-wise with its stamp, for recordEvents: its updated_at, which a stamp a clock ahead left on it outlives (as notBefore). */
+const contactChange = (row: ContactRow) => ({ data: toContact(row), happenedAt: Number(row.updated_at) });
+
 /**
  * detachAccountFromContacts unlinks at most `chunk` contacts from an account about to be deleted,
  * inside the caller's transaction: each gets a new updated_at and one contact.updated, so a
@@ -509,7 +513,7 @@ export const UNLINK_CHUNK = 100;
  */
 export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
   const changed = await unlinkAccountFromContacts(db, accountId, await findContactsLinkedToAccount(db, accountId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(toContact), requestId, now);
+  await recordEvents(db, "contact.updated", changed.map(contactChange), requestId);
   return changed.length;
 }
 
@@ -521,7 +525,7 @@ export async function detachAccountFromContacts(db: Db, accountId: string, now: 
  */
 export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
   const changed = await unassignUserFromContacts(db, userId, await findContactsAssignedToUser(db, userId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(toContact), requestId, now);
+  await recordEvents(db, "contact.updated", changed.map(contactChange), requestId);
   return changed.length;
 }
 

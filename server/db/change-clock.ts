@@ -59,16 +59,26 @@ export class ChangeClock {
    * seedAtStart seeds the mark when a service starts, in a read of its own, so that a serving
    * instance's first write reads no table but its own: seeded in that write, a create of an
    * account would wait on a lock another session holds on contacts. Refused (a table locked just
-   * then), the first write seeds it instead.
+   * then, waited on for the answer timeout), it is logged, and the first write seeds it instead.
    */
   async seedAtStart(db: Db): Promise<void> {
-    if (this.seeded) return;
     try {
-      await this.seed(db);
-      this.seeded = true;
-    } catch {
-      // The first write's stamp seeds it.
+      await this.seedBeforeWrites(db);
+    } catch (error) {
+      this.log?.warn("the change clock did not read the stamps stored at start (a lock another PostgreSQL session holds, or the database not answering): the first change reads them, in its write", { error: String(error) });
     }
+  }
+
+  /**
+   * seedBeforeWrites seeds the mark, if not yet seeded, reading `db`: a command that stamps calls it
+   * on the database before its write, whose first stamp would otherwise read it there, waiting on a
+   * lock held on any of the stamped tables while holding the write lock, so holding up every
+   * instance's writes meanwhile.
+   */
+  async seedBeforeWrites(db: Db): Promise<void> {
+    if (this.seeded) return;
+    await this.seed(db);
+    this.seeded = true;
   }
 
   /** now reads the wall clock, or returns the latest time read or raised to before, when the clock shows less. */
@@ -91,10 +101,7 @@ export class ChangeClock {
    * before the step. Stamps more than a minute ahead of the wall clock are logged, a line a minute.
    */
   async stamp(tx: Db): Promise<number> {
-    if (!this.seeded) {
-      await this.seed(tx);
-      this.seeded = true;
-    }
+    await this.seedBeforeWrites(tx);
     const wall = this.read();
     const stamp = this.follow(wall);
     const ahead = stamp - wall;

@@ -57,16 +57,16 @@ export async function recordEvent(db: Db, type: EventType, data: unknown, reques
 }
 
 /**
- * recordEvents writes one event of `type` for each of `datas`, with their deliveries, as
- * recordEvent does for one, in a few statements of many rows: a set-wise change (an account's
- * deletion, which changes every linked contact) would otherwise make two round trips a row.
+ * recordEvents writes one event of `type` for each of `changes` (its data, and its stamp as
+ * recordEvent's `happenedAt`), with their deliveries, as recordEvent does for one, in a few
+ * statements of many rows: a set-wise change (an account's deletion, which changes every linked
+ * contact) would otherwise make two round trips a row.
  */
-export async function recordEvents(db: Db, type: EventType, datas: unknown[], requestId: string | null, happenedAt = Date.now()): Promise<void> {
-  const at = datedAt(happenedAt);
+export async function recordEvents(db: Db, type: EventType, changes: { data: unknown; happenedAt: number }[], requestId: string | null): Promise<void> {
   const subscriptions = await findActiveSubscriptionsForEvent(db, type);
-  const events = datas.map((data) => newEventRow(type, data, requestId, happenedAt, at));
+  const events = changes.map(({ data, happenedAt }) => newEventRow(type, data, requestId, happenedAt, datedAt(happenedAt)));
   await insertEvents(db, events);
-  await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, at))));
+  await insertDeliveries(db, events.flatMap((event) => subscriptions.map((subscription) => newDueDelivery(event.id, type, subscription, event.created_at))));
 }
 
 /**

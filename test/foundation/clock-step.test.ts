@@ -192,3 +192,29 @@ test("a stamp stored more than a day ahead is not followed, and is logged once; 
     },
   ]);
 });
+
+test("a change of a record stamped later by a clock ahead (another instance's) keeps that updated_at, and its event's timestamp is that updated_at, set-wise changes' too", async () => {
+  const aheadBy = 3_000;
+  const account = (await h.json("POST", "/public/v1/accounts", { body: { name: "Stamped ahead" } })).body.data.id as string;
+  const doomed = (await h.json("POST", "/public/v1/accounts", { body: { name: "Deleted" } })).body.data.id as string;
+  const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Stamped ahead" } })).body.data.id as string;
+  const linked = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Linked", account_ids: [doomed] } })).body.data.id as string;
+  // Another instance, its clock 3 s ahead of this one's (within the 4 s the README allows), stamped them last.
+  const ahead = Date.now() + aheadBy;
+  await h.rt.db.write(async (tx) => {
+    await tx.run("UPDATE accounts SET updated_at = ? WHERE id = ?", [ahead, account]);
+    await tx.run("UPDATE contacts SET updated_at = ? WHERE id IN (?, ?)", [ahead, contact, linked]);
+  });
+  expect((await h.json("PATCH", `/public/v1/accounts/${account}`, { body: { name: "Renamed" } })).status).toBe(200);
+  expect((await h.json("PATCH", `/public/v1/contacts/${contact}`, { body: { first_name: "Renamed" } })).status).toBe(200);
+  expect((await h.json("DELETE", `/public/v1/accounts/${doomed}`)).status).toBe(204);
+  const events = await h.rt.db.all<{ payload: string }>("SELECT payload FROM events WHERE subject_id IN (?, ?, ?) AND type IN ('account.updated', 'contact.updated') ORDER BY subject_id", [account, contact, linked]);
+  const stamped = new Date(ahead).toISOString();
+  expect(events.map(({ payload }) => JSON.parse(payload)).map(({ type, timestamp, data }) => ({ type, id: data.id, timestamp, updated_at: data.updated_at }))).toEqual(
+    [
+      { type: "account.updated", id: account, timestamp: stamped, updated_at: stamped },
+      { type: "contact.updated", id: contact, timestamp: stamped, updated_at: stamped },
+      { type: "contact.updated", id: linked, timestamp: stamped, updated_at: stamped },
+    ].sort((a, b) => (a.id < b.id ? -1 : 1)),
+  );
+});
