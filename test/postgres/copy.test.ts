@@ -190,7 +190,7 @@ describe("copy-to-postgres: refusals", () => {
       stdout: "",
       stderr: "crm: copy-to-postgres needs the PostgreSQL database's URL: --database-url-file FILE (the URL alone on one line, in a 0600 file), or database_url_file or database_url in the --config file, or CRM_DATABASE_URL; see copy-to-postgres --help\n",
     });
-    expect(COPY_USAGE).toContain("database_url or database_url_file in the --config file");
+    expect(COPY_USAGE).toContain("database_url_file or database_url in the --config file");
   });
 
   test("a data directory without a database is refused before connecting", () => {
