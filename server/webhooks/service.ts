@@ -52,7 +52,6 @@ import {
   countPendingDeliveriesOf,
   findAttemptsByDelivery,
   findDeliveryById,
-  findEventPayload,
   findSubscriptionById,
   insertSubscription,
   listDeliveries,
@@ -684,7 +683,7 @@ function shownPayload(event: { payload: string; erased_at: number | null } | nul
 export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
   const row = await findDeliveryById(db, id);
   if (!row) return null;
-  const event = await findEventPayload(db, row.event_id);
+  const event = await findEventById(db, row.event_id);
   return {
     ...toDelivery(row),
     ...shownPayload(event),

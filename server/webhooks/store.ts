@@ -554,11 +554,6 @@ export function findStoredDelivery(db: Db, id: string): Promise<StoredDelivery |
   return db.get<StoredDelivery>("SELECT * FROM webhook_deliveries WHERE id = ?", [id]);
 }
 
-/** findEventPayload returns the JSON body of an event and when it was erased (null: never), or null when there is no such event. */
-export function findEventPayload(db: Db, eventId: string): Promise<{ payload: string; erased_at: number | null } | null> {
-  return db.get<{ payload: string; erased_at: number | null }>("SELECT payload, erased_at FROM events WHERE id = ?", [eventId]);
-}
-
 /** isEventErased tells whether an event's payload was erased (eraseEventsAbout). */
 export async function isEventErased(db: Db, eventId: string): Promise<boolean> {
   return (await db.get<{ erased_at: number | null }>("SELECT erased_at FROM events WHERE id = ?", [eventId]))?.erased_at != null;
