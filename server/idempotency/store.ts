@@ -60,22 +60,25 @@ export interface WithdrawnAnswer {
  * An unfinished run's progress (kept in its reservation, or in an UNFINISHED_STATUS record) stays in
  * the reservation taken over, read in this same statement: a run of the key that committed one more
  * step after its caller looked must not be gone on from an older place. Progress is taken over only
- * by the same body (fingerprint); another body finds the key held. It returns the progress the
- * reservation holds ("" for none), or null when another request holds the key; of several racing
- * for it, exactly one gets it. A reservation shows no resource: one left the expired answer's would
- * have it withdrawn by that resource's delete while the request runs, which then could not keep its
- * answer.
+ * by the same body (fingerprint); another body finds the key held. Progress older than
+ * `expiredBefore` is past the key's 24 hours as an answer would be, though only the hourly prune
+ * deletes it: any body takes the key and starts over, as on SQLite, whose caller's look skips it.
+ * It returns the progress the reservation holds ("" for none), or null when another request holds
+ * the key; of several racing for it, exactly one gets it. A reservation shows no resource: one
+ * left the expired answer's would have it withdrawn by that resource's delete while the request
+ * runs, which then could not keep its answer.
  */
 export async function reserveIdempotencyKey(db: Db, id: IdempotencyKeyId, fingerprint: Uint8Array, now: number, staleBefore: number, expiredBefore: number): Promise<string | null> {
   const unfinished = `idempotency_keys.status IN (${UNFINISHED_STATUS}, ${IN_FLIGHT_STATUS})`;
+  const expired = "idempotency_keys.created_at < CAST(? AS bigint)";
   const reserved = await db.all<{ response_body: string }>(
     `INSERT INTO idempotency_keys (token_id, method, path, idem_key, fingerprint, status, response_body, resource_id, created_at) VALUES (?, ?, ?, ?, ?, ${IN_FLIGHT_STATUS}, '', NULL, ?)
      ON CONFLICT (token_id, method, path, idem_key) DO UPDATE SET fingerprint = excluded.fingerprint, status = excluded.status,
-       response_body = CASE WHEN ${unfinished} THEN idempotency_keys.response_body ELSE excluded.response_body END, resource_id = excluded.resource_id, created_at = excluded.created_at
-     WHERE (idempotency_keys.response_body = '' OR NOT ${unfinished} OR idempotency_keys.fingerprint = excluded.fingerprint)
+       response_body = CASE WHEN ${unfinished} AND NOT ${expired} THEN idempotency_keys.response_body ELSE excluded.response_body END, resource_id = excluded.resource_id, created_at = excluded.created_at
+     WHERE (idempotency_keys.response_body = '' OR NOT ${unfinished} OR ${expired} OR idempotency_keys.fingerprint = excluded.fingerprint)
        AND (idempotency_keys.status = ${UNFINISHED_STATUS} OR idempotency_keys.created_at < CASE WHEN idempotency_keys.status = ${IN_FLIGHT_STATUS} THEN CAST(? AS bigint) ELSE CAST(? AS bigint) END)
      RETURNING response_body`,
-    [id.tokenId, id.method, id.path, id.key, fingerprint, now, staleBefore, expiredBefore],
+    [id.tokenId, id.method, id.path, id.key, fingerprint, now, expiredBefore, expiredBefore, staleBefore, expiredBefore],
   );
   return reserved.length === 1 ? reserved[0]!.response_body : null;
 }

@@ -105,35 +105,78 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     expect(await statuses(h.rt.db, sub)).toEqual({ failed: 25 });
   });
 
-  test("refused between its writes and sent again under its Idempotency-Key, a recovery goes on where it stopped: the first chunk's deliveries, failed again meanwhile, are not queued twice, and the answer counts every write's", async () => {
+  /**
+   * refusedAfterItsFirstWrite sends a recovery of 25 failed deliveries whose first write (CHUNK
+   * queued) commits and whose second is refused, then has the deliveries it queued attempted, and
+   * fail again; it returns the subscription and the refused answer.
+   */
+  async function refusedAfterItsFirstWrite(request: { body: { since: string }; headers: Record<string, string> }) {
     h = await createHarness({}, { batchRows: CHUNK, log: createLogger("error", () => undefined) });
     const db = h.rt.db;
     const sub = await addStoredSubscription(db, Date.now() - 2 * HOUR);
     for (let i = 0; i < 25; i++) await addStoredDeliveries(db, sub, Date.now() - HOUR + i, "failed");
     await tokenUsed();
-    // The first chunk's write commits, the second is refused.
     let writes = 0;
     const allow = refuseWrites(db, async () => ++writes === 2);
-    const since = new Date(Date.now() - 2 * HOUR).toISOString();
-    const request = { body: { since }, headers: { "idempotency-key": "outage-3" } };
     const first = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
     allow();
+    await db.run("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, next_attempt_at = NULL, recovered_at = NULL WHERE subscription_id = ? AND status = 'pending'", [sub]);
+    return { sub, first };
+  }
+
+  test("refused between its writes and sent again under its Idempotency-Key, a recovery goes on where it stopped: the first chunk's deliveries, failed again meanwhile, are not queued twice, and the answer counts every write's", async () => {
+    const since = new Date(Date.now() - 2 * HOUR).toISOString();
+    const request = { body: { since }, headers: { "idempotency-key": "outage-3" } };
+    const { sub, first } = await refusedAfterItsFirstWrite(request);
+    const db = h!.rt.db;
     expect([first.status, first.body.type]).toEqual([503, "urn:crm:problem:database-unavailable"]);
     expect(first.body.detail).toEndWith(`Part of this request was done before this refusal, and stays done: ${CHUNK} of the subscription's failed deliveries were queued again. Sending the request again finishes it.`);
-    // The deliveries it queued are attempted, and fail again, before the request is sent again.
-    await db.run("UPDATE webhook_deliveries SET status = 'failed', attempts = attempts + 1, next_attempt_at = NULL, recovered_at = NULL WHERE subscription_id = ? AND status = 'pending'", [sub]);
     // Sent again and refused at its first write, it loses nothing of where the first one got to.
     const refusedAll = refuseWrites(db, async () => true);
-    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request)).status).toBe(503);
+    expect((await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request)).status).toBe(503);
     refusedAll();
-    const again = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
+    const again = await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
     expect([again.status, again.body]).toEqual([202, { data: { subscription_id: sub, since, until: expect.any(String), queued: 25 } }]);
     expect(await statuses(db, sub)).toEqual({ failed: CHUNK, pending: 25 - CHUNK });
-    const replayed = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
+    const replayed = await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request);
     expect([replayed.status, replayed.headers.get("idempotent-replayed"), replayed.body]).toEqual([202, "true", again.body]);
     // The same key with another body is another request: refused, as for a kept answer.
-    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { ...request, body: { since: new Date(Date.now() - HOUR).toISOString() } })).status).toBe(422);
+    expect((await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { ...request, body: { since: new Date(Date.now() - HOUR).toISOString() } })).status).toBe(422);
   });
+
+  /**
+   * refusedADayAgo has a recovery under `key` refused after its first write (refusedAfterItsFirstWrite),
+   * and what it kept under the key outlives the key's 24 hours by 5 minutes, not yet pruned (the
+   * retention job runs hourly); `crashed` leaves it as the reservation of an instance that crashed
+   * while running, which holds the progress the same way.
+   */
+  async function refusedADayAgo(key: string, since: string, crashed = false): Promise<string> {
+    const { sub, first } = await refusedAfterItsFirstWrite({ body: { since }, headers: { "idempotency-key": key } });
+    expect(first.status).toBe(503);
+    const db = h!.rt.db;
+    await db.run(`UPDATE idempotency_keys SET created_at = created_at - ?${crashed ? ", status = 0" : ""}`, [IDEMPOTENCY_RETENTION_MS + 5 * 60_000]);
+    const kept = await db.all<{ status: number; response_body: string }>("SELECT status, response_body FROM idempotency_keys");
+    expect(kept.map((row) => [row.status, JSON.parse(row.response_body).queued])).toEqual([[crashed ? 0 : 1, CHUNK]]);
+    return sub;
+  }
+
+  test("refused between its writes and sent again under its Idempotency-Key past the key's 24 hours, before the prune, a recovery starts over from since: it queues every failed delivery and counts them", async () => {
+    const since = new Date(Date.now() - 2 * HOUR).toISOString();
+    const sub = await refusedADayAgo("nightly", since);
+    const again = await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { body: { since }, headers: { "idempotency-key": "nightly" } });
+    expect([again.status, again.body]).toEqual([202, { data: { subscription_id: sub, since, until: expect.any(String), queued: 25 } }]);
+    expect(await statuses(h!.rt.db, sub)).toEqual({ pending: 25 });
+  });
+
+  for (const crashed of [false, true]) {
+    test(`another body under a key whose recovery's progress (${crashed ? "in the reservation of an instance that crashed" : "kept by a refusal"}) is past its 24 hours, before the prune, runs: the key is free, not 409 still running`, async () => {
+      const sub = await refusedADayAgo("nightly", new Date(Date.now() - 2 * HOUR).toISOString(), crashed);
+      const since = new Date(Date.now() - 90 * 60_000).toISOString();
+      const other = await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { body: { since }, headers: { "idempotency-key": "nightly" } });
+      expect([other.status, other.body]).toEqual([202, { data: { subscription_id: sub, since, until: expect.any(String), queued: 25 } }]);
+      expect(await statuses(h!.rt.db, sub)).toEqual({ pending: 25 });
+    });
+  }
 
   // PostgreSQL's: its instances share the key through a reservation in the database (on SQLite one
   // process holds it in memory, and a resend meets 409 while the first run goes on).
