@@ -236,12 +236,15 @@ function shortenHeader(name: string, value: string): string {
   return name.toLowerCase() === "webhook-signature" && value.length > 20 ? `${value.slice(0, 16)}…` : value;
 }
 
-function HeaderTable({ headers, caption }: { headers: Record<string, string>; caption: string }) {
-  const entries = Object.entries(headers);
+/** HeaderTable lists an attempt's headers; null: an erasure dropped them (the request's, whose signature would confirm a guessed payload). */
+function HeaderTable({ headers, caption }: { headers: Record<string, string> | null; caption: string }) {
+  const entries = Object.entries(headers ?? {});
   return (
     <div>
       <h4>{caption}</h4>
-      {entries.length === 0 ? (
+      {headers === null ? (
+        <p class="muted headers-erased">erased with the payload</p>
+      ) : entries.length === 0 ? (
         <p class="muted">none</p>
       ) : (
         <table class="kv">
