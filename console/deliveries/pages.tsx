@@ -278,8 +278,11 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
   return <pre class="body">{body}</pre>;
 }
 
-/** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists. */
-export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
+/**
+ * deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists.
+ * `requestDeliveries` is the address of the deliveries of the request that made its event, sealed as the Request id filter's are.
+ */
+export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; requestDeliveries: string | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
   const paused = props.subscription?.status === "paused";
   return renderPage({
@@ -314,9 +317,9 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             </dd>
             <dt>Request</dt>
             <dd id="request-id">
-              {d.request_id ? (
+              {d.request_id && props.requestDeliveries ? (
                 <>
-                  <code>{d.request_id}</code> <a href={`/console/?request_id=${encodeURIComponent(d.request_id)}`}>its deliveries</a>{" "}
+                  <code>{d.request_id}</code> <a href={props.requestDeliveries}>its deliveries</a>{" "}
                   <span class="muted">(the X-Request-Id of the request that made the event)</span>
                 </>
               ) : (
