@@ -173,7 +173,7 @@ export function deliveriesPage(props: {
 }
 
 /** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { id: string; label: string } | null }): string {
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -202,11 +202,11 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
             <dt>About</dt>
             <dd>
               {props.subject ? (
-                <a href={`/console/contacts/${props.subject.id}`}>
+                <a href={props.subject.href}>
                   <span class="chosen">{props.subject.label}</span>
                 </a>
               ) : (
-                <span class="muted">no contact</span>
+                <span class="muted">no contact or account</span>
               )}
             </dd>
           </dl>

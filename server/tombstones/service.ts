@@ -94,7 +94,7 @@ const ERASABLE: Record<ErasableResource, { prefix: string; find: (db: Db, id: st
  * while it exists (a live record's history is not erased, whoever asks), 404 when the service
  * knows nothing of it (no tombstone, no event about it), or when the id is another kind's.
  */
-async function refuseUnerasable(db: Db, resource: ErasableResource, id: string): Promise<void> {
+export async function refuseUnerasable(db: Db, resource: ErasableResource, id: string): Promise<void> {
   const kind = ERASABLE[resource];
   if (!id.startsWith(kind.prefix)) throw notFound(`deleted ${resource}`, id);
   if ((await kind.find(db, id)) !== null) {
