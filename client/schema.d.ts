@@ -136,7 +136,7 @@ export interface paths {
         put?: never;
         /**
          * Erase a deleted contact's earlier events
-         * @description For an erasure request: replaces the payload of every contact.created and contact.updated event of a deleted contact with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops what receivers answered to their deliveries (bodies and headers). A retry of such a delivery is then 409 event-erased, and a recovery skips it. contact.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a contact that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
+         * @description For an erasure request: replaces the payload of every contact.created and contact.updated event of a deleted contact with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops from their attempts what receivers answered (bodies and headers), the request headers sent (the signature, an HMAC of the payload, would confirm a guessed one: request_headers is then null) and the Location an error written before 2026-11-29 quoted. A retry of such a delivery is then 409 event-erased, and a recovery skips it. contact.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a contact that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
          */
         post: operations["eraseDeletedContact"];
         delete?: never;
@@ -328,7 +328,7 @@ export interface paths {
         put?: never;
         /**
          * Erase a deleted account's earlier events
-         * @description For an erasure request: replaces the payload of every account.created and account.updated event of a deleted account with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops what receivers answered to their deliveries (bodies and headers). A retry of such a delivery is then 409 event-erased, and a recovery skips it. account.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a account that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
+         * @description For an erasure request: replaces the payload of every account.created and account.updated event of a deleted account with a marker holding only its type and ids (the delivery detail then shows payload null and payload_erased_at), ends their pending deliveries as failed (a paused subscription's included: none is ever sent), and drops from their attempts what receivers answered (bodies and headers), the request headers sent (the signature, an HMAC of the payload, would confirm a guessed one: request_headers is then null) and the Location an error written before 2026-11-29 quoted. A retry of such a delivery is then 409 event-erased, and a recovery skips it. account.deleted, holding only id, version and deleted_at, stays. 404 for an id the service knows nothing of, 409 record-not-deleted for a account that exists. Sent again it erases nothing more and answers zeros. It erases 1,000 events a write: refused between writes (503), what was erased stays erased, and sent again it finishes.
          */
         post: operations["eraseDeletedAccount"];
         delete?: never;
@@ -1178,9 +1178,10 @@ export interface components {
             /** Format: date-time */
             started_at: string;
             duration_ms: number;
+            /** @description The headers sent: content-type, user-agent, webhook-id, webhook-timestamp and webhook-signature. null once the event's payload was erased (payload_erased_at): the signature, an HMAC of the payload, would confirm a guessed one, so the erasure drops them. */
             request_headers: {
                 [key: string]: string;
-            };
+            } | null;
             response_status: number | null;
             /** @description Response headers of interest: content-type, content-encoding, content-length, retry-after, location, server, x-request-id. */
             response_headers: {
@@ -1223,7 +1224,7 @@ export interface components {
             payload: unknown;
             /**
              * Format: date-time
-             * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it). null while the payload is kept.
+             * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.
              */
             payload_erased_at: string | null;
             /** @description Every attempt, oldest first. */

@@ -30,6 +30,11 @@ export const CONSOLE_DETAIL = { hide: true };
 export const OptionalForm = t.Optional(FormBody);
 /** IdParam is the `:id` of a console page. */
 export const IdParam = t.Object({ id: t.String({ maxLength: 64 }) });
+/** countOf reads a count a redirect after a form post wrote (null for a hand-made value). */
+export function countOf(text: string | undefined): number | null {
+  return text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : null;
+}
+
 /** flagQuery accepts the flag a redirect after a form post sets, so the page can confirm what was done. */
 export const flagQuery = (flag: string) => t.Object({ [flag]: t.Optional(t.String({ maxLength: 10 })) }, { additionalProperties: true });
 

@@ -1,10 +1,12 @@
 /** @jsxImportSource preact */
+import type { ErasableResource } from "../../server/tombstones/service.ts";
 import type { Delivery } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
+import { confirmPage } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { bidiBalanced, contactName, CsrfField, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
-import type { ContactPageView, ContactsView } from "./service.ts";
+import type { AccountPageView, ContactPageView, ContactsView } from "./service.ts";
 
 /**
  * linkSubjects names each listed contact for its link, in words hidden from sight, so that no two
@@ -190,8 +192,60 @@ function ContactEvent({ event }: { event: WebhookEvent }) {
   );
 }
 
-/** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each. */
-export function contactPage(props: { session: ConsoleSession; view: ContactPageView; eventLimit: number }): string {
+/** RecordEvents lists the latest events about a contact or account, each with its deliveries. */
+function RecordEvents({ resource, events, eventLimit }: { resource: ErasableResource; events: WebhookEvent[]; eventLimit: number }) {
+  return (
+    <section class="card" id={`${resource}-events`}>
+      <h2>What we sent about this {resource}</h2>
+      <p class="muted">
+        {events.length === 0
+          ? `No event about this ${resource} yet.`
+          : events.length === eventLimit
+            ? `The latest ${eventLimit} events, newest first, each with its deliveries.`
+            : `Every event, newest first, each with its deliveries.`}
+      </p>
+      {events.map((event) => (
+        <ContactEvent event={event} />
+      ))}
+    </section>
+  );
+}
+
+/** RecordHead is the head of a contact's or account's page: the way back to the contacts, its name, and the notice of what was just done. */
+function RecordHead({ id, name, notice }: { id: string; name: string; notice: NoticeData | null | undefined }) {
+  return (
+    <>
+      <div class="page-head">
+        <p class="crumbs">
+          <a href="/console/contacts">Contacts</a> / <span>{id}</span>
+        </p>
+        <h1>{name}</h1>
+      </div>
+      <NoticeBox notice={notice} />
+    </>
+  );
+}
+
+/**
+ * Deleted says a contact or account was deleted, and offers, for an erasure request, to erase what
+ * its earlier events hold of it (eraseRecordPage asks first).
+ */
+function Deleted({ resource, id }: { resource: ErasableResource; id: string }) {
+  return (
+    <>
+      <NoticeBox notice={{ kind: "info", text: `This ${resource} was deleted. What was sent about it is listed below.` }} />
+      <p class="actions erase-action">
+        <a class="button danger" href={`/console/${resource}s/${id}/erase`}>
+          Erase its events…
+        </a>
+        <span class="hint">For an erasure request: what its earlier events hold of it is erased, as the API's erasure does.</span>
+      </p>
+    </>
+  );
+}
+
+/** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each; a deleted one's page offers to erase them. */
+export function contactPage(props: { session: ConsoleSession; view: ContactPageView; eventLimit: number; notice?: NoticeData | null }): string {
   const { contact, events, id } = props.view;
   const name = contact ? contactName(contact) : id;
   return renderPage({
@@ -201,12 +255,7 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
     section: "contacts",
     children: (
       <>
-        <div class="page-head">
-          <p class="crumbs">
-            <a href="/console/contacts">Contacts</a> / <span>{id}</span>
-          </p>
-          <h1>{name}</h1>
-        </div>
+        <RecordHead id={id} name={name} notice={props.notice} />
         {contact ? (
           <section class="card" id="contact-fields">
             <dl class="facts grid">
@@ -267,22 +316,64 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
             )}
           </section>
         ) : (
-          <NoticeBox notice={{ kind: "info", text: "This contact was deleted. What was sent about it is listed below." }} />
+          <Deleted resource="contact" id={id} />
         )}
-        <section class="card" id="contact-events">
-          <h2>What we sent about this contact</h2>
-          <p class="muted">
-            {events.length === 0
-              ? "No event about this contact yet."
-              : events.length === props.eventLimit
-                ? `The latest ${props.eventLimit} events, newest first, each with its deliveries.`
-                : `Every event, newest first, each with its deliveries.`}
-          </p>
-          {events.map((event) => (
-            <ContactEvent event={event} />
-          ))}
-        </section>
+        <RecordEvents resource="contact" events={events} eventLimit={props.eventLimit} />
       </>
     ),
+  });
+}
+
+/** accountPage renders an account's name and domain, and every event sent about it with the deliveries of each; a deleted one's page offers to erase them. */
+export function accountPage(props: { session: ConsoleSession; view: AccountPageView; eventLimit: number; notice?: NoticeData | null }): string {
+  const { account, events, id } = props.view;
+  const name = account ? account.name : id;
+  return renderPage({
+    title: isolated(name),
+    session: props.session,
+    section: "contacts",
+    children: (
+      <>
+        <RecordHead id={id} name={bidiBalanced(name)} notice={props.notice} />
+        {account ? (
+          <section class="card" id="account-fields">
+            <dl class="facts grid">
+              <dt>Account id</dt>
+              <dd>
+                <code>{account.id}</code>
+              </dd>
+              <dt>Domain</dt>
+              <dd>{account.domain ? bidiBalanced(account.domain) : <span class="muted">–</span>}</dd>
+              <dt>Version</dt>
+              <dd>{account.version}</dd>
+            </dl>
+          </section>
+        ) : (
+          <Deleted resource="account" id={id} />
+        )}
+        <RecordEvents resource="account" events={events} eventLimit={props.eventLimit} />
+      </>
+    ),
+  });
+}
+
+/** eraseRecordPage asks to confirm erasing what a deleted contact's or account's earlier events hold of it (the API's POST .../deleted/:id/erase). */
+export function eraseRecordPage(props: { session: ConsoleSession; resource: ErasableResource; id: string }): string {
+  const { resource, id } = props;
+  return confirmPage({
+    session: props.session,
+    section: "contacts",
+    title: `Erase the deleted ${resource}'s events?`,
+    formKey: crypto.randomUUID(),
+    text: (
+      <p>
+        For an erasure request: the <code>{resource}.created</code> and <code>{resource}.updated</code> events of the deleted {resource} <code>{id}</code> then hold only their ids, their
+        deliveries still pending end failed unsent (a paused subscription's too), and their attempts keep neither what the receivers answered nor the headers sent. Its{" "}
+        <code>{resource}.deleted</code> event stays. This cannot be undone.
+      </p>
+    ),
+    action: `/console/${resource}s/${id}/erase`,
+    button: `Erase the events of ${id}`,
+    cancel: `/console/${resource}s/${id}`,
   });
 }

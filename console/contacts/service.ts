@@ -1,4 +1,6 @@
 import type { Database, ReaderName } from "../../server/db/sql.ts";
+import type { Account } from "../../server/accounts/model.ts";
+import { findAccount } from "../../server/accounts/service.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import { findContact, searchContacts } from "../../server/contacts/service.ts";
 import { unknownParameterErrors } from "../../server/http/list-query.ts";
@@ -7,8 +9,12 @@ import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
 import { notFound, validationProblem } from "../../server/shared/problem.ts";
 import type { User } from "../../server/users/model.ts";
 import { getUser } from "../../server/users/service.ts";
+import type { Runtime } from "../../server/runtime.ts";
+import type { Erasure } from "../../server/tombstones/model.ts";
+import { eraseDeletedRecord, type ErasableResource } from "../../server/tombstones/service.ts";
 import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
-import { positionOf, positionText } from "../shell.ts";
+import type { ConsoleSession } from "../model.ts";
+import { onceForForm, positionOf, positionText } from "../shell.ts";
 
 /** CONTACTS_PER_PAGE is how many contacts the contacts page lists at once. */
 const CONTACTS_PER_PAGE = 50;
@@ -63,4 +69,29 @@ export async function contactPage(db: Database, id: string): Promise<ContactPage
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!contact && events.length === 0) throw notFound("contact", id);
   return { id, contact, events };
+}
+
+/** AccountPageView is an account (null once deleted) and the latest events about it, each with its deliveries. */
+export interface AccountPageView {
+  id: string;
+  account: Account | null;
+  events: WebhookEvent[];
+}
+
+/** accountPage returns an account and what was sent about it; a deleted account still shows its events. Throws 404 when neither exists. */
+export async function accountPage(db: Database, id: string): Promise<AccountPageView> {
+  const account = await findAccount(db, id);
+  const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
+  if (!account && events.length === 0) throw notFound("account", id);
+  return { id, account, events };
+}
+
+/**
+ * eraseFromForm erases a deleted contact's or account's earlier events once per form key, through
+ * the API's erasure (eraseDeletedRecord, in its short writes): the confirmation sent again (a double
+ * click) answers as the first did.
+ */
+export async function eraseFromForm(rt: Runtime, session: ConsoleSession, resource: ErasableResource, id: string, formKey: string): Promise<Erasure> {
+  const done = await onceForForm(rt, { session, path: `/console/${resource}s/${id}/erase`, key: formKey, values: {} }, (scope) => eraseDeletedRecord(rt.db, resource, id, rt.batchRows, scope));
+  return done.body.data;
 }

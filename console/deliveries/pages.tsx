@@ -173,7 +173,7 @@ export function deliveriesPage(props: {
 }
 
 /** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { id: string; label: string } | null }): string {
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -202,11 +202,11 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
             <dt>About</dt>
             <dd>
               {props.subject ? (
-                <a href={`/console/contacts/${props.subject.id}`}>
+                <a href={props.subject.href}>
                   <span class="chosen">{props.subject.label}</span>
                 </a>
               ) : (
-                <span class="muted">no contact</span>
+                <span class="muted">no contact or account</span>
               )}
             </dd>
           </dl>
@@ -236,12 +236,15 @@ function shortenHeader(name: string, value: string): string {
   return name.toLowerCase() === "webhook-signature" && value.length > 20 ? `${value.slice(0, 16)}…` : value;
 }
 
-function HeaderTable({ headers, caption }: { headers: Record<string, string>; caption: string }) {
-  const entries = Object.entries(headers);
+/** HeaderTable lists an attempt's headers; null: an erasure dropped them (the request's, whose signature would confirm a guessed payload). */
+function HeaderTable({ headers, caption }: { headers: Record<string, string> | null; caption: string }) {
+  const entries = Object.entries(headers ?? {});
   return (
     <div>
       <h4>{caption}</h4>
-      {entries.length === 0 ? (
+      {headers === null ? (
+        <p class="muted headers-erased">erased with the payload</p>
+      ) : entries.length === 0 ? (
         <p class="muted">none</p>
       ) : (
         <table class="kv">
@@ -275,8 +278,11 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
   return <pre class="body">{body}</pre>;
 }
 
-/** deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists. */
-export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; notice?: NoticeData | null }): string {
+/**
+ * deliveryPage renders one delivery: what was sent, every attempt with its answer, and "Retry now" while its subscription exists.
+ * `requestDeliveries` is the address of the deliveries of the request that made its event, sealed as the Request id filter's are.
+ */
+export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; requestDeliveries: string | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
   const paused = props.subscription?.status === "paused";
   return renderPage({
@@ -311,9 +317,9 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             </dd>
             <dt>Request</dt>
             <dd id="request-id">
-              {d.request_id ? (
+              {d.request_id && props.requestDeliveries ? (
                 <>
-                  <code>{d.request_id}</code> <a href={`/console/?request_id=${encodeURIComponent(d.request_id)}`}>its deliveries</a>{" "}
+                  <code>{d.request_id}</code> <a href={props.requestDeliveries}>its deliveries</a>{" "}
                   <span class="muted">(the X-Request-Id of the request that made the event)</span>
                 </>
               ) : (

@@ -32,6 +32,12 @@ export function deliveryRoutes(rt: Runtime) {
   // statuses, event types and times.
   const addressOf = (session: ConsoleSession, filters: DeliveryFilters): string =>
     filters.request_id ? sealedAddress(rt.secrets, "deliveries", session, setFilters(filters)) : plainDeliveriesAddress(filters);
+  /** shownDelivery is a delivery with every attempt and its subscription, and the sealed address of the deliveries of the request that made its event (addressOf). */
+  const shownDelivery = async (session: ConsoleSession, id: string) => {
+    const view = await deliveryWithSubscription(db, id);
+    const requestId = view.delivery.request_id;
+    return { ...view, requestDeliveries: requestId ? addressOf(session, { request_id: requestId }) : null };
+  };
   /** opened are the filters of a sealed address (`s`), null when it no longer opens, or the query itself when it has none. */
   const opened = (session: ConsoleSession, query: DeliveryFilters): DeliveryFilters | null =>
     query.s === undefined ? query : openFields(rt.secrets, "deliveries", session.csrfToken, query.s);
@@ -97,7 +103,7 @@ export function deliveryRoutes(rt: Runtime) {
       "/deliveries/:id",
       async ({ session, params, query }) => {
         const notice = query.retried ? { kind: "success" as const, text: "Retried: the newest attempt is listed first." } : null;
-        return htmlResponse(deliveryPage({ session, ...(await deliveryWithSubscription(db, params.id)), notice }));
+        return htmlResponse(deliveryPage({ session, ...(await shownDelivery(session, params.id)), notice }));
       },
       { params: IdParam, query: flagQuery("retried") },
     )
@@ -110,7 +116,7 @@ export function deliveryRoutes(rt: Runtime) {
         // subscription that sends nothing); the words are the console's, on the delivery's page again.
         const problem = attemptRefusalProblem(params.id, refusal);
         if (refusal.refused === "not-found") throw problem;
-        const view = await deliveryWithSubscription(db, params.id);
+        const view = await shownDelivery(session, params.id);
         return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text: retryRefusalText(refusal.refused, view) } }), problem.status, { headers: problem.headers });
       },
       { params: IdParam, body: OptionalForm },

@@ -1,5 +1,6 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { findAccount } from "../../server/accounts/service.ts";
 import { findContact } from "../../server/contacts/service.ts";
 import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../../server/http/request-log.ts";
 import { notFound, validationProblem, type FieldError } from "../../server/shared/problem.ts";
@@ -223,18 +224,24 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
   }
 }
 
-/** EventPageView is an event, what it is about, and every delivery made of it. */
+/** EventPageView is an event, what it is about (its page's address and name), and every delivery made of it. */
 export interface EventPageView {
   event: WebhookEvent;
-  subject: { id: string; label: string } | null;
+  subject: { href: string; label: string } | null;
 }
 
-/** eventPage returns an event with its deliveries and the contact it is about, or throws 404. */
+/** eventPage returns an event with its deliveries and the contact or account it is about, or throws 404. */
 export async function eventPage(db: Database, id: string): Promise<EventPageView> {
   const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
   const subjectId = event.subject_id;
-  if (subjectId === null || !subjectId.startsWith("con_")) return { event, subject: null };
-  const contact = await findContact(db, subjectId);
-  return { event, subject: { id: subjectId, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
+  if (subjectId?.startsWith("con_")) {
+    const contact = await findContact(db, subjectId);
+    return { event, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
+  }
+  if (subjectId?.startsWith("acc_")) {
+    const account = await findAccount(db, subjectId);
+    return { event, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
+  }
+  return { event, subject: null };
 }

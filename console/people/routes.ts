@@ -9,7 +9,7 @@ import { getUser } from "../../server/users/service.ts";
 import { clearCookieHeader, htmlResponse, redirect, SESSION_COOKIE } from "../http.ts";
 import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
-import { CONSOLE_DETAIL, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
+import { CONSOLE_DETAIL, countOf, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, withdrawLinkPage, type OneTimeLink } from "./pages.tsx";
 import { addUserFromForm, contactsAssignedTo, createTokenFromForm, makerNames, operatorMade, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
@@ -23,11 +23,6 @@ function unassignedText(unassigned: string | undefined): string {
   if (unassigned === undefined || !/^\d{1,9}$/.test(unassigned)) return "";
   const n = Number(unassigned);
   return n === 0 ? " No contact was assigned to them." : n === 1 ? " 1 contact lost the assignment; it sends contact.updated." : ` ${n} contacts lost the assignment; each sends contact.updated.`;
-}
-
-/** countOf reads a count a redirect wrote (null for a hand-made value). */
-function countOf(text: string | undefined): number | null {
-  return text !== undefined && /^\d{1,9}$/.test(text) ? Number(text) : null;
 }
 
 /** madeAlsoText says what a removal also revoked and disabled, as its redirect wrote (nothing when neither, or for a hand-made value). */

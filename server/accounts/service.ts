@@ -168,11 +168,17 @@ export async function createAccount(rt: Runtime, input: AccountInput, idempotenc
   });
 }
 
+/** findAccount returns one account, or null. */
+export async function findAccount(db: Db, id: string): Promise<Account | null> {
+  const row = await findAccountById(db, id);
+  return row ? toAccount(row) : null;
+}
+
 /** getAccount returns one account or throws 404. */
 export async function getAccount(db: Db, id: string): Promise<Account> {
-  const row = await findAccountById(db, id);
-  if (!row) throw notFound("account", id);
-  return toAccount(row);
+  const account = await findAccount(db, id);
+  if (!account) throw notFound("account", id);
+  return account;
 }
 
 /** domainFilter reads the `domain` parameter in its stored, ASCII form, refusing a name in Unicode that IDNA cannot convert (it could find nothing). */

@@ -3,7 +3,7 @@ import { notFound, ProblemError } from "../shared/problem.ts";
 import { keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { findAccountById } from "../accounts/store.ts";
 import { findContactById } from "../contacts/store.ts";
-import { eraseEventsAbout, failPendingDeliveriesOfEvents, forgetAnswersOfEvents, hasEventsAbout } from "../webhooks/store.ts";
+import { eraseAttemptsOfEvents, eraseEventsAbout, failPendingDeliveriesOfEvents, hasEventsAbout } from "../webhooks/store.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS, hourOf, toTimestamp } from "../shared/time.ts";
@@ -94,7 +94,7 @@ const ERASABLE: Record<ErasableResource, { prefix: string; find: (db: Db, id: st
  * while it exists (a live record's history is not erased, whoever asks), 404 when the service
  * knows nothing of it (no tombstone, no event about it), or when the id is another kind's.
  */
-async function refuseUnerasable(db: Db, resource: ErasableResource, id: string): Promise<void> {
+export async function refuseUnerasable(db: Db, resource: ErasableResource, id: string): Promise<void> {
   const kind = ERASABLE[resource];
   if (!id.startsWith(kind.prefix)) throw notFound(`deleted ${resource}`, id);
   if ((await kind.find(db, id)) !== null) {
@@ -113,8 +113,9 @@ function erasedReason(now: number): string {
  * eraseDeletedRecord erases what the earlier events of a deleted contact or account hold of it, in
  * short writes (writeInSteps) of `chunk` events each, oldest first: each write replaces their
  * payloads with a marker holding only their type and ids (eraseEventsAbout), ends their pending
- * deliveries as failed (a paused subscription's too: none is sent after it), and drops what
- * receivers answered to their deliveries, bodies and headers. The delete's own event, holding only
+ * deliveries as failed (a paused subscription's too: none is sent after it), and drops from their
+ * attempts what receivers answered, the signatures and request headers sent, and the Location an
+ * earlier version's error quoted (eraseAttemptsOfEvents). The delete's own event, holding only
  * id, version and deleted_at, stays. Every write checks the record (refuseUnerasable: 404, 409). An
  * erasure is idempotent: sent again, it finds nothing left and answers zeros; each write but the
  * last keeps its counts under the Idempotency-Key, so a resend after a refusal between writes
@@ -130,7 +131,7 @@ export async function eraseDeletedRecord(db: Database, resource: ErasableResourc
     const events = await eraseEventsAbout(tx, id, ERASABLE[resource].events, now, chunk);
     // Counted as the step runs: a step that fails ends the erasure, so no count outlives its rollback.
     failed += await failPendingDeliveriesOfEvents(tx, events, erasedReason(now), now);
-    await forgetAnswersOfEvents(tx, events);
+    await eraseAttemptsOfEvents(tx, events);
     erased += events.length;
     const data = { id, events_erased: erased, deliveries_failed: failed };
     if (events.length === chunk) {

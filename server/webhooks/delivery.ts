@@ -256,6 +256,15 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
 /** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
 const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
 
+/**
+ * redirectError is the error of an attempt answered with the redirect `status`, the answer's
+ * Location `named` or not. The Location is left to the response headers kept: a moved receiver's
+ * new address carries its credentials as a target URL does, and the error is logged with every attempt.
+ */
+export function redirectError(status: number, named: boolean): string {
+  return `redirect (${status}) not followed; point the subscription at the final URL${named ? ", which the answer's Location header names" : ""}`;
+}
+
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
@@ -362,10 +371,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     result.retry_after_ms = parseRetryAfter(response.headers.get("retry-after"), Date.now());
     // 304 Not Modified is in the 3xx class but sends nowhere: it fails as a 4xx would.
     if (response.status >= 300 && response.status < 400 && response.status !== 304) {
-      // The Location is left to the response headers kept: a moved receiver's new address carries its
-      // credentials as a target URL does, and the error is logged with every attempt.
-      const named = result.response_headers.location === undefined ? "" : ", which the answer's Location header names";
-      result.error = `redirect (${response.status}) not followed; point the subscription at the final URL${named}`;
+      result.error = redirectError(response.status, result.response_headers.location !== undefined);
     }
     result.response_body = await readPrefix(response, request.responseBodyBytes);
   } catch (error) {

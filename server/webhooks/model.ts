@@ -131,7 +131,10 @@ export const Attempt = t.Object({
   trigger: openEnum(["scheduled", "manual"]),
   started_at: timestamp,
   duration_ms: t.Number(),
-  request_headers: t.Record(t.String(), t.String()),
+  request_headers: t.Union([t.Record(t.String(), t.String()), t.Null()], {
+    description:
+      "The headers sent: content-type, user-agent, webhook-id, webhook-timestamp and webhook-signature. null once the event's payload was erased (payload_erased_at): the signature, an HMAC of the payload, would confirm a guessed one, so the erasure drops them.",
+  }),
   response_status: t.Union([t.Integer(), t.Null()]),
   response_headers: t.Record(t.String(), t.String(), { description: "Response headers of interest: content-type, content-encoding, content-length, retry-after, location, server, x-request-id." }),
   response_body: t.Union([t.String(), t.Null()], { description: "The first bytes of the response body: 1 KiB by default (--delivery-response-body-bytes, at most 4 KiB)." }),
@@ -148,7 +151,8 @@ export const DeliveryDetail = t.Composite([
         "The JSON body sent: {type, event_id, timestamp, data}. null once erased (payload_erased_at): the record was deleted and its earlier events erased (POST /contacts/deleted/{id}/erase, /accounts/deleted/{id}/erase).",
     }),
     payload_erased_at: t.Union([timestamp, t.Null()], {
-      description: "When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it). null while the payload is kept.",
+      description:
+        "When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.",
     }),
     attempt_history: t.Array(Attempt, { description: "Every attempt, oldest first." }),
   }),

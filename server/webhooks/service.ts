@@ -114,13 +114,14 @@ function toDelivery(row: DeliveryRow): Delivery {
   };
 }
 
-function toAttempt(row: AttemptRow): Attempt {
+/** toAttempt shows an attempt; of an erased event (`erased`), without the request headers, which an erasure dropped (eraseAttemptsOfEvents). */
+function toAttempt(row: AttemptRow, erased: boolean): Attempt {
   return {
     attempt: row.attempt,
     trigger: row.triggered_by,
     started_at: toTimestamp(row.started_at),
     duration_ms: row.duration_ms,
-    request_headers: JSON.parse(row.request_headers) as Record<string, string>,
+    request_headers: erased ? null : (JSON.parse(row.request_headers) as Record<string, string>),
     response_status: row.response_status,
     response_headers: JSON.parse(row.response_headers) as Record<string, string>,
     response_body: row.response_body,
@@ -684,10 +685,11 @@ export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail |
   const row = await findDeliveryById(db, id);
   if (!row) return null;
   const event = await findEventById(db, row.event_id);
+  const erased = event?.erased_at != null;
   return {
     ...toDelivery(row),
     ...shownPayload(event),
-    attempt_history: (await findAttemptsByDelivery(db, id)).map(toAttempt),
+    attempt_history: (await findAttemptsByDelivery(db, id)).map((attempt) => toAttempt(attempt, erased)),
   };
 }
 

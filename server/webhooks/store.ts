@@ -3,6 +3,7 @@ import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 import type { MadeByColumns } from "../shared/made-by.ts";
+import { redirectError } from "./delivery.ts";
 import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {
@@ -1103,19 +1104,43 @@ export async function failPendingDeliveriesOfEvents(db: Db, eventIds: readonly s
   );
 }
 
+/** QUOTES_LOCATION tells whether an error (the column named) is a redirect's as versions before session 35 wrote it, quoting the Location: "redirect to URL not followed; ...". */
+const QUOTES_LOCATION = (column: string) => `substr(${column}, 1, 12) = 'redirect to '`;
+
 /**
- * forgetAnswersOfEvents drops what the receivers answered to the deliveries of the given events:
- * each attempt's response body, and its response headers (given the empty header set), forgetting
- * the header sets no attempt refers to any more.
+ * eraseAttemptsOfEvents drops from the attempts of the given events' deliveries what tells of their
+ * record: what the receivers answered (each response body, and its headers: the empty header set),
+ * what was sent beside the payload (its signature, an HMAC that confirms a guessed payload to whoever
+ * holds the secret, and the request headers: the empty set), and the Location an error written
+ * before session 35 quoted (reworded as redirectError words it, in the deliveries' last_error too).
+ * It forgets the header sets no attempt refers to any more.
  */
-export async function forgetAnswersOfEvents(db: Db, eventIds: readonly string[]): Promise<void> {
+export async function eraseAttemptsOfEvents(db: Db, eventIds: readonly string[]): Promise<void> {
   if (eventIds.length === 0) return;
-  const ofEvents = `delivery_id IN (SELECT id FROM webhook_deliveries WHERE event_id IN (${placeholders(eventIds.length)}))`;
+  const events = placeholders(eventIds.length);
+  const ofEvents = `delivery_id IN (SELECT id FROM webhook_deliveries WHERE event_id IN (${events}))`;
+  const quoting = await db.all<{ delivery_id: string; attempt: number; response_status: number }>(
+    `SELECT delivery_id, attempt, response_status FROM webhook_delivery_attempts WHERE ${ofEvents} AND ${QUOTES_LOCATION("error")}`,
+    eventIds,
+  );
+  for (const row of quoting) {
+    await db.run("UPDATE webhook_delivery_attempts SET error = ? WHERE delivery_id = ? AND attempt = ?", [redirectError(row.response_status, true), row.delivery_id, row.attempt]);
+  }
+  const lastQuoting = await db.all<{ id: string; last_response_status: number }>(
+    `SELECT id, last_response_status FROM webhook_deliveries WHERE event_id IN (${events}) AND ${QUOTES_LOCATION("last_error")}`,
+    eventIds,
+  );
+  for (const row of lastQuoting) await db.run("UPDATE webhook_deliveries SET last_error = ? WHERE id = ?", [redirectError(row.last_response_status, true), row.id]);
   // Number(): PostgreSQL answers a bigint as text.
-  const sets = (await db.all<{ id: number | string }>(`SELECT DISTINCT response_header_set AS id FROM webhook_delivery_attempts WHERE ${ofEvents}`, eventIds)).map((row) => Number(row.id));
+  const sets = (
+    await db.all<{ id: number | string }>(
+      `SELECT response_header_set AS id FROM webhook_delivery_attempts WHERE ${ofEvents} UNION SELECT request_header_set AS id FROM webhook_delivery_attempts WHERE ${ofEvents}`,
+      [...eventIds, ...eventIds],
+    )
+  ).map((row) => Number(row.id));
   if (sets.length === 0) return;
   const none = await headerSetId(db, {});
-  await db.run(`UPDATE webhook_delivery_attempts SET response_body = NULL, response_header_set = ? WHERE ${ofEvents}`, [none, ...eventIds]);
+  await db.run(`UPDATE webhook_delivery_attempts SET signature = '', request_header_set = ?, response_body = NULL, response_header_set = ? WHERE ${ofEvents}`, [none, none, ...eventIds]);
   const unused = sets.filter((id) => id !== none);
   if (unused.length === 0) return;
   await db.run(

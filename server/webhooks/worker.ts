@@ -304,7 +304,8 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   if (!current) return null;
   const attempt = current.attempts + 1;
   // An erasure committed while the attempt was under way failed the delivery (so only a delivery no
-  // longer pending can be one) and dropped the answers to it: this one is not kept either.
+  // longer pending can be one) and dropped its attempts' answers, signatures and request headers
+  // (eraseAttemptsOfEvents): this one keeps none either.
   const erased = current.status !== "pending" && (await isEventErased(db, current.event_id));
   await insertAttempt(db, {
     delivery_id: due.id,
@@ -312,7 +313,7 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
     triggered_by: trigger,
     started_at: result.started_at,
     duration_ms: result.duration_ms,
-    request_headers: result.request_headers,
+    request_headers: erased ? {} : result.request_headers,
     response_status: result.response_status,
     response_headers: erased ? {} : result.response_headers,
     response_body: erased ? null : result.response_body,

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { SEALED_ADDRESS_TTL_MS, sealFields } from "../../console/addresses.ts";
+import { insertAttempt } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { addOperator, ConsoleClient, formKeyOf } from "./support.ts";
 
@@ -44,9 +45,13 @@ test("a user deleted on the Users page: its contacts' contact.updated carry the 
 
   const page = await client.get(`/console/deliveries/${ofRequest[0].id}`);
   expect([page.status, requestFact(page.text)]).toEqual([200, `${requestId} its deliveries (the X-Request-Id of the request that made the event)`]);
-  expect(page.text).toContain(`<a href="/console/?request_id=${requestId}">its deliveries</a>`);
-  const listed = await client.get(`/console/?request_id=${requestId}`);
-  expect([listed.status, listed.text.includes(ofRequest[0].id), listed.text.includes(created[0].id)]).toEqual([200, true, false]);
+  // Sealed as the Request id filter's addresses are: a request id is text a client chose.
+  const link = /<a href="([^"]+)">its deliveries<\/a>/.exec(page.text)![1]!;
+  expect([link, page.text.includes("request_id=")]).toEqual([expect.stringMatching(/^\/console\/\?s=[A-Za-z0-9_-]+$/), false]);
+  for (const address of [link, `/console/?request_id=${requestId}`]) {
+    const listed = await client.get(address);
+    expect([listed.status, listed.text.includes(ofRequest[0].id), listed.text.includes(created[0].id)]).toEqual([200, true, false]);
+  }
   const live = JSON.parse((await client.get(`/console/api/deliveries?request_id=${requestId}`)).text);
   expect(live.data.map((d: { id: string }) => d.id)).toEqual([ofRequest[0].id]);
   expect(contact.assigned_user_id).toBe(user.id);
@@ -77,7 +82,12 @@ test("the delivery, event and contact pages of an erased contact's events say it
   await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/erased", events: ["contact.created", "contact.deleted"] });
   const contact = (await api("POST", "/public/v1/contacts", { email: "shown.erase7@example.com", first_name: "Shown" })).data;
   const [delivery] = (await api("GET", "/public/v1/webhook-deliveries?event=contact.created")).data;
-  expect((await client.get(`/console/deliveries/${delivery.id}`)).text).toContain("shown.erase7@example.com");
+  const request_headers = { "content-type": "application/json", "webhook-id": delivery.id, "webhook-timestamp": "1", "webhook-signature": "v1,SignedErase7Mk9xxxxxxxxxxx" };
+  await h.rt.db.write((tx) =>
+    insertAttempt(tx, { delivery_id: delivery.id, attempt: 1, triggered_by: "scheduled", started_at: Date.now(), duration_ms: 1, request_headers, response_status: 200, response_headers: {}, response_body: "ok", error: null }),
+  );
+  const before = (await client.get(`/console/deliveries/${delivery.id}`)).text;
+  expect([before.includes("shown.erase7@example.com"), before.includes("v1,SignedErase7"), before.includes("erased with the payload")]).toEqual([true, true, false]);
   expect((await h.request("DELETE", `/public/v1/contacts/${contact.id}`)).status).toBe(204);
   await api("POST", `/public/v1/contacts/deleted/${contact.id}/erase`);
 
@@ -85,6 +95,8 @@ test("the delivery, event and contact pages of an erased contact's events say it
   expect(deliveryPage).toMatch(ERASED);
   expect(deliveryPage).toContain("No Retry now: what it sent was erased after its contact or account was deleted, so nothing of it can be sent any more.");
   expect(deliveryPage).not.toContain("Retry now</button>");
+  expect(deliveryPage).toContain('<h4>Request headers</h4><p class="muted headers-erased">erased with the payload</p>');
+  expect(deliveryPage).not.toContain("v1,SignedErase7");
   const eventPage = (await client.get(`/console/events/${delivery.event_id}`)).text;
   expect(eventPage).toMatch(ERASED);
   expect(eventPage).toContain(`href="/console/contacts/${contact.id}"`);

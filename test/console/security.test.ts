@@ -10,7 +10,7 @@ import { addOperator, ConsoleClient, expectSecurityHeaders, OPERATOR } from "./s
 // One console with data on every page: a subscription, a delivery, a rotation, a token, a user.
 let h: Harness;
 let client: ConsoleClient;
-let ids: { subscription: string; delivery: string; rotation: string; token: string; user: string };
+let ids: { subscription: string; delivery: string; rotation: string; token: string; user: string; gone: string };
 let consoleToken: string;
 
 const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
@@ -39,7 +39,9 @@ beforeAll(async () => {
     rotation: (await h.rt.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations"))!.id,
     token: (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = ?", ["made in the console"]))!.id,
     user: (await h.rt.db.get<{ id: string }>("SELECT id FROM users"))!.id,
+    gone: (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Gone", email: "gone@example.com" } })).body.data.id,
   };
+  expect((await h.request("DELETE", `/public/v1/contacts/${ids.gone}`)).status).toBe(204);
 });
 
 afterAll(async () => await h.close());
@@ -61,6 +63,8 @@ function pages(): string[] {
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
     `/console/users/${ids.user}/delete`,
+    `/console/contacts/${ids.gone}`,
+    `/console/contacts/${ids.gone}/erase`,
     "/console/no-such-page",
   ];
 }
@@ -78,6 +82,7 @@ function postRoutes(): string[] {
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
     `/console/users/${ids.user}/delete`,
+    `/console/contacts/${ids.gone}/erase`,
     "/console/search",
   ];
 }
@@ -100,6 +105,7 @@ describe("CSRF", () => {
       expectSecurityHeaders(res.headers);
     }
     expect(["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count)).toEqual(before);
+    expect(Number((await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM events WHERE erased_at IS NOT NULL"))!.n)).toBe(0);
     expect((await h.rt.db.get("SELECT revoked_at FROM api_tokens WHERE id = ?", [ids.token]))).toEqual({ revoked_at: null });
     expect((await client.get("/console/")).status).toBe(200);
   });
@@ -141,7 +147,7 @@ describe("headers and markup", () => {
       ...(await Promise.all(["/console/login", "/console/setup?code=nope", "/console/", "/console/api/deliveries"].map((p) => anonymous.get(p)))),
     ];
     const assets = Array<number>(3 + ISLANDS.length).fill(200);
-    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
     for (const res of responses) expectSecurityHeaders(res.headers);
     for (const res of responses.filter((r) => r.headers.get("content-type")?.startsWith("text/html"))) {
       expect(res.headers.get("cache-control")).toBe("no-store");

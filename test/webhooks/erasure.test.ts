@@ -49,7 +49,7 @@ describe("erasing a deleted contact's earlier events", () => {
       expect(detail.status).toBe("succeeded");
       expect(detail.payload).toBeNull();
       expect(detail.payload_erased_at).toMatch(ISO);
-      expect(detail.attempt_history.map((x: any) => [x.response_status, x.response_body, x.response_headers])).toEqual([[200, null, {}]]);
+      expect(detail.attempt_history.map((x: any) => [x.request_headers, x.response_status, x.response_body, x.response_headers])).toEqual([[null, 200, null, {}]]);
     }
     const deleted = (await h.deliveries(`subscription_id=${a.id}&event=contact.deleted`))[0];
     expect((await h.delivery(deleted.id)).payload_erased_at).toBeNull();
@@ -118,8 +118,51 @@ describe("erasing a deleted contact's earlier events", () => {
     }, "the attempt to be recorded");
     const detail = await h.delivery(d.id);
     expect([detail.status, detail.next_attempt_at, detail.payload]).toEqual(["failed", null, null]);
-    expect(detail.attempt_history.map((x: any) => [x.response_status, x.response_body, x.response_headers])).toEqual([[500, null, {}]]);
-    expect(await tablesHolding(h.rt.db, [EMAIL])).toEqual({ [EMAIL]: {} });
+    expect(detail.attempt_history.map((x: any) => [x.request_headers, x.response_status, x.response_body, x.response_headers])).toEqual([[null, 500, null, {}]]);
+    const signature = r.received[0]!.headers["webhook-signature"]!;
+    expect(await tablesHolding(h.rt.db, [EMAIL, signature])).toEqual({ [EMAIL]: {}, [signature]: {} });
+  });
+
+  test("drops the signatures and request headers of the erased events' attempts, and rewrites their errors that quoted a redirect's Location as new errors word it; another contact's keep theirs", async () => {
+    const h = await scope.harness();
+    const r = scope.receiver();
+    // A receiver that moved, naming the person in its Location, as an earlier version quoted it in the error.
+    r.respond((request) => new Response(null, { status: 308, headers: { location: `https://receiver.example/people/${request.json?.data?.email}` } }));
+    await h.subscribe(r.url, ["contact.created"]);
+    const gone = (await h.json("POST", "/public/v1/contacts", { body: { email: EMAIL } })).body.data;
+    const other = (await h.json("POST", "/public/v1/contacts", { body: { email: "kept.mk9@example.com" } })).body.data;
+    const settled = await settledDeliveries(h);
+    const details = new Map<string, any>();
+    for (const d of settled) details.set((await h.delivery(d.id)).payload.data.id, d);
+    const [erased, kept] = [details.get(gone.id), details.get(other.id)];
+    // The errors an earlier version (before session 35) recorded: the Location quoted.
+    const quoted = (email: string) => `redirect to https://receiver.example/people/${email} not followed; point the subscription at the final URL`;
+    await h.rt.db.write(async (tx) => {
+      for (const [d, email] of [[erased, EMAIL], [kept, "kept.mk9@example.com"]] as const) {
+        await tx.run("UPDATE webhook_delivery_attempts SET error = ? WHERE delivery_id = ?", [quoted(email), d.id]);
+        await tx.run("UPDATE webhook_deliveries SET last_error = ? WHERE id = ?", [quoted(email), d.id]);
+      }
+    });
+    const signatures = r.received.filter((x) => x.json?.data?.id === gone.id).map((x) => x.headers["webhook-signature"]!);
+    expect(signatures.length).toBe(3);
+    expect(Object.keys((await tablesHolding(h.rt.db, [signatures[0]!]))[signatures[0]!]!)).toEqual(["webhook_delivery_attempts"]);
+    expect((await h.request("DELETE", `/public/v1/contacts/${gone.id}`)).status).toBe(204);
+    expect((await erase(h, `contacts/deleted/${gone.id}`)).body).toEqual({ data: { id: gone.id, events_erased: 1, deliveries_failed: 0 } });
+
+    const neutral = "redirect (308) not followed; point the subscription at the final URL, which the answer's Location header names";
+    const detail = await h.delivery(erased.id);
+    expect([detail.last_error, detail.payload, detail.payload_erased_at]).toEqual([neutral, null, expect.stringMatching(ISO)]);
+    expect(detail.attempt_history.map((a: any) => [a.attempt, a.request_headers, a.response_status, a.response_headers, a.response_body, a.error])).toEqual([
+      [1, null, 308, {}, null, neutral],
+      [2, null, 308, {}, null, neutral],
+      [3, null, 308, {}, null, neutral],
+    ]);
+    expect(await tablesHolding(h.rt.db, [...signatures, EMAIL])).toEqual(Object.fromEntries([...signatures, EMAIL].map((text) => [text, {}])));
+    const untouched = await h.delivery(kept.id);
+    expect(untouched.last_error).toBe(quoted("kept.mk9@example.com"));
+    expect(untouched.attempt_history.map((a: any) => [a.request_headers["webhook-signature"], a.error])).toEqual(
+      r.received.filter((x) => x.json?.data?.id === other.id).map((x) => [x.headers["webhook-signature"], quoted("kept.mk9@example.com")]),
+    );
   });
 
   test("is idempotent: the same Idempotency-Key replays the answer, and sent again without one it erases nothing more", async () => {
