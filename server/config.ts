@@ -130,6 +130,13 @@ const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
  */
 const MAX_DISABLE_FAILING_AFTER_HOURS = 87_600;
 
+/**
+ * MAX_RETENTION_DAYS bounds --delivery-retention-days and --tombstone-retention-days (ten years):
+ * no retention asked of a CRM is longer, and a far larger setting put the pruning's cutoff, that
+ * long before now, before any instant a timestamp writes or PostgreSQL's bigint holds.
+ */
+const MAX_RETENTION_DAYS = 3650;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -246,7 +253,7 @@ export const SETTINGS: Setting[] = [
   },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day)` },
-  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", max: MAX_RETENTION_DAYS, help: `days webhook deliveries and attempts are kept (1-${MAX_RETENTION_DAYS}, ten years)` },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
   {
@@ -254,7 +261,8 @@ export const SETTINGS: Setting[] = [
     flag: "--tombstone-retention-days",
     env: "CRM_TOMBSTONE_RETENTION_DAYS",
     kind: "positive-int",
-    help: "days deleted contacts, accounts and users stay listed in GET .../deleted (a poller down longer resyncs in full)",
+    max: MAX_RETENTION_DAYS,
+    help: `days deleted contacts, accounts and users stay listed in GET .../deleted (1-${MAX_RETENTION_DAYS}, ten years; a poller down longer resyncs in full)`,
   },
   {
     key: "disableFailingAfterHours",

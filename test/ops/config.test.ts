@@ -402,6 +402,24 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(longest, {})).toEqual({ ...DEFAULT_CONFIG, bodyTimeoutMs: 86400000, shutdownTimeoutMs: 86400000, shutdownDrainMs: 86400000, deliveryTimeoutMs: 86400000 });
   });
 
+  test("a retention in days takes at most ten years, from a flag, the environment or crm.toml alike, as --help and README say", () => {
+    for (const [flag, env] of [["--delivery-retention-days", "CRM_DELIVERY_RETENTION_DAYS"], ["--tombstone-retention-days", "CRM_TOMBSTONE_RETENTION_DAYS"]] as const) {
+      const key = flag.slice(2).replaceAll("-", "_");
+      const file = configFile(`${key} = 1000000000\n`);
+      expect([
+        configError(() => loadConfig([flag, "3651"], {})),
+        configError(() => loadConfig([], { [env]: "9007199254740991" })),
+        configError(() => loadConfig(["--config", file], {})),
+        loadConfig([flag, "3650"], {})[SETTINGS.find((s) => s.flag === flag)!.key],
+      ]).toEqual([
+        `invalid ${flag}: "3651" is not a whole number from 1 to 3650`,
+        `invalid ${env}: "9007199254740991" is not a whole number from 1 to 3650`,
+        `invalid ${key} in ${file}: "1000000000" is not a whole number from 1 to 3650`,
+        3650,
+      ]);
+    }
+  });
+
   test("a retry delay takes at most 30 days; a longer one, which could put the next attempt past any timestamp, is refused", () => {
     expect(loadConfig(["--retry-schedule", "5,2592000"], {}).retrySchedule).toEqual([5, 2592000]);
     expect([
@@ -430,6 +448,7 @@ describe("configuration: invalid input names the setting", () => {
       [["serve", "--config", "missing.toml"], {}, "crm: config file missing.toml does not exist\n"],
       [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable ASCII characters without spaces\n"],
       [["serve", "--body-timeout-ms", "3000000000"], {}, 'crm: invalid --body-timeout-ms: "3000000000" is not a whole number from 1 to 86400000\n'],
+      [["serve"], { CRM_TOMBSTONE_RETENTION_DAYS: "36500" }, 'crm: invalid CRM_TOMBSTONE_RETENTION_DAYS: "36500" is not a whole number from 1 to 3650\n'],
     ];
     for (const [args, env, line] of cases) {
       const result = runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env } });
