@@ -417,14 +417,17 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     }
     case "positive-int": {
       const n = Number(text);
-      if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
+      if (!/^\d+$/.test(text) || n < 1) fail("a positive whole number");
+      // A bounded setting's range is named first: a number past it is no less out of range for being past 2^53 too.
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a positive whole number");
       return n;
     }
     case "whole": {
       const n = Number(text);
-      if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) fail("a whole number (0 or more)");
+      if (!/^\d+$/.test(text)) fail("a whole number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a whole number (0 or more)");
       return n;
     }
     case "number": {
@@ -520,14 +523,34 @@ const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "
  * no proxy, or for allow_private_targets as false.
  */
 function fileValueText(setting: Setting, raw: unknown, source: string): string {
-  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
-  if (scalar(raw)) return String(raw);
+  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || typeof value === "number";
+  const text = (value: unknown) => (typeof value === "number" ? fileNumberText(value) : String(value));
+  if (scalar(raw)) return text(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
   if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
     throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
   }
-  if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
+  if (Array.isArray(raw) && raw.every(scalar)) return raw.map(text).join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
+}
+
+/**
+ * fileNumberText writes a crm.toml number in the digits a flag would give: String writes 1e-7,
+ * which TOML reads from 1e-7 and 0.0000001 alike, and 1e21 and up with an exponent too, so a
+ * number out of a setting's range, or not whole, was refused as not a number at all; inf and nan
+ * as TOML writes them, each then refused with what the setting takes.
+ */
+function fileNumberText(value: number): string {
+  if (Number.isNaN(value)) return "nan";
+  if (!Number.isFinite(value)) return value > 0 ? "inf" : "-inf";
+  const [mantissa, exponent] = String(value).split("e");
+  if (exponent === undefined) return mantissa!;
+  const sign = mantissa!.startsWith("-") ? "-" : "";
+  const [whole, fraction = ""] = mantissa!.replace("-", "").split(".");
+  const digits = `${whole}${fraction}`;
+  // String uses an exponent only below 1e-6, where the point falls before every digit, and from 1e21, where it falls after them.
+  const point = whole!.length + Number(exponent);
+  return `${sign}${point <= 0 ? `0.${"0".repeat(-point)}${digits}` : digits.padEnd(point, "0")}`;
 }
 
 /** fileKey is the name of a setting in crm.toml: the flag without dashes, with underscores. */

@@ -326,6 +326,22 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
   });
 
+  test("a crm.toml number TOML writes with an exponent or as inf is read as the number it is: accepted in range, else refused with the setting's range, never as not a number", () => {
+    const tiny = configFile("disable_failing_after_hours = 1e-7\nretry_schedule = [5, 1e-7]\n");
+    expect(loadConfig(["--config", tiny], {})).toEqual({ ...DEFAULT_CONFIG, disableFailingAfterHours: 1e-7, retrySchedule: [5, 1e-7] });
+    const refused = (line: string) => configError(() => loadConfig(["--config", configFile(`${line}\n`)], {})).replace(/ in \S+:/, ":");
+    expect(["port = 1e-7", "database_pool = 1e-7", "database_pool = 1e21", "shutdown_drain_ms = 2.5e-3", "disable_failing_after_hours = 1e21", "retry_schedule = [5, 1e7]", "slow_list_lane = inf", "disable_failing_after_hours = nan"].map(refused)).toEqual([
+      'invalid port: "0.0000001" is not a port number (0-65535)',
+      'invalid database_pool: "0.0000001" is not a positive whole number',
+      'invalid database_pool: "1000000000000000000000" is not a whole number from 1 to 100',
+      'invalid shutdown_drain_ms: "0.0025" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "1000000000000000000000" is not a number from 0 to 87600',
+      'invalid retry_schedule: "5,10000000" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid slow_list_lane: "inf" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "nan" is not a number (0 or more)',
+    ]);
+  });
+
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
