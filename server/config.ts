@@ -243,7 +243,7 @@ export const SETTINGS: Setting[] = [
     choices: ["full", "normal"],
     help: "full: every commit is on disk before its request is answered (survives power loss); normal: the last commits may be lost on power loss (not on a crash of the service)",
   },
-  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
+  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error (at debug a command's unexpected error prints its stack too)" },
   {
     key: "allowPrivateTargets",
     flag: "--allow-private-targets",

@@ -437,6 +437,28 @@ describe("command line: errors", () => {
     expect(res.stderr).toContain("port in");
   });
 
+  test("an unexpected error is one line naming the command and the error, exit 2; --log-level debug (from any source) prints its stack too", async () => {
+    expect((await crm(["migrate"])).code).toBe(0);
+    // A schema changed by hand: no refusal foresees it.
+    const db = new Database(join(dataDir, "crm.sqlite"));
+    db.run("ALTER TABLE api_tokens RENAME COLUMN name TO label");
+    db.close();
+    const line = "crm: token create failed: SQLiteError: table api_tokens has no column named name (run it with CRM_LOG_LEVEL=debug to print its stack)\n";
+    expect(await crm(["token", "create", "--name", "ci"])).toEqual({ stdout: "", stderr: line, code: 2 });
+    const config = join(dataDir, "crm.toml");
+    writeFileSync(config, 'log_level = "debug"\n');
+    for (const [args, env] of [[["--log-level", "debug"], {}], [[], { CRM_LOG_LEVEL: "debug" }], [["--config", config], {}]] as const) {
+      const res = await crm(["token", "create", "--name", "ci", ...args], env);
+      expect({ args, code: res.code, stdout: res.stdout, first: res.stderr.split("\n")[0], stack: res.stderr.includes("\n    at ") }).toEqual({
+        args,
+        code: 2,
+        stdout: "",
+        first: "crm: token create failed: SQLiteError: table api_tokens has no column named name",
+        stack: true,
+      });
+    }
+  });
+
   test("an unknown command after options is named as the command, not the option's value", async () => {
     expect(await crm(["--log-level", "warn", "bogus"])).toEqual({ stdout: "", stderr: "crm: unknown command bogus (see --help)\n", code: 2 });
   });
