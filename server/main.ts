@@ -7,7 +7,7 @@ import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuse
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
-import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
@@ -185,19 +185,18 @@ function commandSettings(args: string[]): Config {
  * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
  * at once: most commands never open the key (a migrated database has nothing to seal), and would
  * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
- * database URL file other users may read (noteOpenUrlFile); `serving`: serve logs it instead.
+ * secrets key or database URL file other users may read (noteOpenFiles); `serving`: serve logs them instead.
  */
 function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
   const config = commandSettings(args);
   if (config.secretsKeyFile) loadSecretsKey(config);
-  if (!serving) noteOpenUrlFile(config);
+  if (!serving) noteOpenFiles(config);
   return config;
 }
 
-/** noteOpenUrlFile warns on stderr of a database URL file other users may read (databaseUrlFileOpenTo); the command goes on. */
-function noteOpenUrlFile(config: Config): void {
-  const openTo = databaseUrlFileOpenTo(config);
-  if (openTo) process.stderr.write(`crm: ${openTo}\n`);
+/** noteOpenFiles warns on stderr of a secrets key or database URL file other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo), as serve logs them; the command goes on. */
+function noteOpenFiles(config: Config): void {
+  for (const openTo of [secretsKeyOpenTo(config), databaseUrlFileOpenTo(config)]) if (openTo) process.stderr.write(`crm: ${openTo}\n`);
 }
 
 /**
@@ -399,7 +398,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
   const config = commandSettings(args);
-  noteOpenUrlFile(config);
+  noteOpenFiles(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
