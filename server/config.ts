@@ -130,6 +130,13 @@ const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
  */
 const MAX_DISABLE_FAILING_AFTER_HOURS = 87_600;
 
+/**
+ * MAX_RETENTION_DAYS bounds --delivery-retention-days and --tombstone-retention-days (ten years):
+ * no retention asked of a CRM is longer, and a far larger setting put the pruning's cutoff, that
+ * long before now, before any instant a timestamp writes or PostgreSQL's bigint holds.
+ */
+const MAX_RETENTION_DAYS = 3650;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -236,7 +243,7 @@ export const SETTINGS: Setting[] = [
     choices: ["full", "normal"],
     help: "full: every commit is on disk before its request is answered (survives power loss); normal: the last commits may be lost on power loss (not on a crash of the service)",
   },
-  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
+  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error (at debug a command's unexpected error prints its stack too)" },
   {
     key: "allowPrivateTargets",
     flag: "--allow-private-targets",
@@ -246,7 +253,7 @@ export const SETTINGS: Setting[] = [
   },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day)` },
-  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", max: MAX_RETENTION_DAYS, help: `days webhook deliveries and attempts are kept (1-${MAX_RETENTION_DAYS}, ten years)` },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
   {
@@ -254,7 +261,8 @@ export const SETTINGS: Setting[] = [
     flag: "--tombstone-retention-days",
     env: "CRM_TOMBSTONE_RETENTION_DAYS",
     kind: "positive-int",
-    help: "days deleted contacts, accounts and users stay listed in GET .../deleted (a poller down longer resyncs in full)",
+    max: MAX_RETENTION_DAYS,
+    help: `days deleted contacts, accounts and users stay listed in GET .../deleted (1-${MAX_RETENTION_DAYS}, ten years; a poller down longer resyncs in full)`,
   },
   {
     key: "disableFailingAfterHours",
@@ -409,14 +417,17 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
     }
     case "positive-int": {
       const n = Number(text);
-      if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
+      if (!/^\d+$/.test(text) || n < 1) fail("a positive whole number");
+      // A bounded setting's range is named first: a number past it is no less out of range for being past 2^53 too.
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a positive whole number");
       return n;
     }
     case "whole": {
       const n = Number(text);
-      if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) fail("a whole number (0 or more)");
+      if (!/^\d+$/.test(text)) fail("a whole number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a whole number (0 or more)");
       return n;
     }
     case "number": {
@@ -512,14 +523,34 @@ const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "
  * no proxy, or for allow_private_targets as false.
  */
 function fileValueText(setting: Setting, raw: unknown, source: string): string {
-  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
-  if (scalar(raw)) return String(raw);
+  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || typeof value === "number";
+  const text = (value: unknown) => (typeof value === "number" ? fileNumberText(value) : String(value));
+  if (scalar(raw)) return text(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
   if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
     throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
   }
-  if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
+  if (Array.isArray(raw) && raw.every(scalar)) return raw.map(text).join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
+}
+
+/**
+ * fileNumberText writes a crm.toml number in the digits a flag would give: String writes 1e-7,
+ * which TOML reads from 1e-7 and 0.0000001 alike, and 1e21 and up with an exponent too, so a
+ * number out of a setting's range, or not whole, was refused as not a number at all; inf and nan
+ * as TOML writes them, each then refused with what the setting takes.
+ */
+function fileNumberText(value: number): string {
+  if (Number.isNaN(value)) return "nan";
+  if (!Number.isFinite(value)) return value > 0 ? "inf" : "-inf";
+  const [mantissa, exponent] = String(value).split("e");
+  if (exponent === undefined) return mantissa!;
+  const sign = mantissa!.startsWith("-") ? "-" : "";
+  const [whole, fraction = ""] = mantissa!.replace("-", "").split(".");
+  const digits = `${whole}${fraction}`;
+  // String uses an exponent only below 1e-6, where the point falls before every digit, and from 1e21, where it falls after them.
+  const point = whole!.length + Number(exponent);
+  return `${sign}${point <= 0 ? `0.${"0".repeat(-point)}${digits}` : digits.padEnd(point, "0")}`;
 }
 
 /** fileKey is the name of a setting in crm.toml: the flag without dashes, with underscores. */

@@ -7,7 +7,7 @@ import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuse
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
-import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
@@ -168,22 +168,35 @@ function stdoutDiscarded(): boolean {
 }
 
 /**
- * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
- * at once: most commands never open the key (a migrated database has nothing to seal), and would
- * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
- * database URL file other users may read (noteOpenUrlFile); `serving`: serve logs it instead.
+ * stackShown tells whether an unexpected error prints its stack: the command's --log-level is
+ * debug, from any of its sources once its settings are read (commandSettings), CRM_LOG_LEVEL's
+ * before that and for the commands that read none (import).
  */
-function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
+let stackShown = process.env.CRM_LOG_LEVEL?.trim() === "debug";
+
+/** commandSettings reads a command's settings (loadConfig), noting whether they ask for an unexpected error's stack. */
+function commandSettings(args: string[]): Config {
   const config = loadConfig(args);
-  if (config.secretsKeyFile) loadSecretsKey(config);
-  if (!serving) noteOpenUrlFile(config);
+  stackShown = config.logLevel === "debug";
   return config;
 }
 
-/** noteOpenUrlFile warns on stderr of a database URL file other users may read (databaseUrlFileOpenTo); the command goes on. */
-function noteOpenUrlFile(config: Config): void {
-  const openTo = databaseUrlFileOpenTo(config);
-  if (openTo) process.stderr.write(`crm: ${openTo}\n`);
+/**
+ * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
+ * at once: most commands never open the key (a migrated database has nothing to seal), and would
+ * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
+ * secrets key or database URL file other users may read (noteOpenFiles); `serving`: serve logs them instead.
+ */
+function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
+  const config = commandSettings(args);
+  if (config.secretsKeyFile) loadSecretsKey(config);
+  if (!serving) noteOpenFiles(config);
+  return config;
+}
+
+/** noteOpenFiles warns on stderr of a secrets key or database URL file other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo), as serve logs them; the command goes on. */
+function noteOpenFiles(config: Config): void {
+  for (const openTo of [secretsKeyOpenTo(config), databaseUrlFileOpenTo(config)]) if (openTo) process.stderr.write(`crm: ${openTo}\n`);
 }
 
 /**
@@ -384,8 +397,8 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   if (args.shift() !== "reset") throw new ConfigError(SECRETS_KEY_USAGE);
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
-  const config = loadConfig(args);
-  noteOpenUrlFile(config);
+  const config = commandSettings(args);
+  noteOpenFiles(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
@@ -795,6 +808,24 @@ function storageFailureText(error: unknown): string | null {
   }
 }
 
+/** SUBCOMMANDS are the commands whose next word says what they do (token create), named with it when one fails. */
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["token", "user", "operator", "contact", "account", "secrets-key", "import"]);
+
+/**
+ * unexpectedText is what an error no refusal foresaw prints: one line naming the command and the
+ * error, which an operator can act on or report, where the stack's dozen lines of the service's
+ * files said nothing more to them; at --log-level debug (stackShown) the stack follows it.
+ */
+function unexpectedText(error: unknown): string {
+  const args = commandFirst(process.argv.slice(2));
+  const command = args[0] && !args[0].startsWith("-") ? args[0] : "serve";
+  const words = SUBCOMMANDS.has(command) && args[1] && !args[1].startsWith("-") ? `${command} ${args[1]}` : command;
+  const line = `crm: ${printable(words)} failed: ${printable(String(error).split("\n")[0]!)}`;
+  const stack = error instanceof Error ? error.stack : undefined;
+  if (stackShown && stack) return `${line}\n${stack}\n`;
+  return `${line} (run it with CRM_LOG_LEVEL=debug to print its stack)\n`;
+}
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (refused: unknown) => {
@@ -817,7 +848,7 @@ main(process.argv.slice(2)).then(
     }
     if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
-    else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
+    else process.stderr.write(unexpectedText(error));
     process.exit(EXIT.refused);
   },
 );

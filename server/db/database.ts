@@ -615,7 +615,8 @@ export function openReadOnlyConnection(path: string, synchronous: Synchronous = 
 
 /**
  * databasePath returns the SQLite file inside a data directory, creating the directory (0700) if
- * needed; a directory that cannot be used is a ConfigError, reported as one line naming the setting.
+ * needed and making its crm.lock 0600 (tightenLockFile); a directory that cannot be used is a
+ * ConfigError, reported as one line naming the setting.
  */
 export function databasePath(dataDir: string): string {
   try {
@@ -625,7 +626,27 @@ export function databasePath(dataDir: string): string {
   } catch (error) {
     throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${notOwnedText(dataDir, dataDir) ?? (error as Error).message}`);
   }
+  tightenLockFile(dataDir);
   return databaseFile(dataDir);
+}
+
+/**
+ * tightenLockFile makes a data directory's crm.lock 0600 at every start and command: a crm before
+ * made it under the umask (0644), and only one that takes the lock (lockDataDirectory) made it
+ * 0600, while in a directory others may enter (one made before crm, 0755) a user who may read
+ * it may hold a read lock on it, which stops serve's claim.
+ * Another user's is left for lockDataDirectory to refuse, naming its owner: a command that takes
+ * no lock goes on.
+ */
+function tightenLockFile(dataDir: string): void {
+  const path = dataDirectoryLockFile(dataDir);
+  const stat = statSync(path, { throwIfNoEntry: false });
+  if (!stat?.isFile() || (stat.mode & 0o777) === 0o600) return;
+  try {
+    chmodSync(path, 0o600);
+  } catch (error) {
+    if (errorCode(error) !== "EPERM") throw error;
+  }
 }
 
 /**

@@ -106,25 +106,30 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
 
 /**
  * NotReadyLog logs why /readyz fails, with the reasons its answer gives only to a request that may
- * read /metrics: at once when they change, otherwise once a minute, as a load balancer probes
- * every few seconds.
+ * read /metrics: at once when the instance becomes not ready, then once a minute while it stays
+ * so, as a load balancer probes every few seconds, whatever the reasons: spaced by its reasons,
+ * two causes taking turns (a check failing now and then beside one failing throughout) logged a
+ * line at every answer. It says when the instance is ready again.
  */
 export class NotReadyLog {
-  private last = "";
-  private line = new SpacedLine();
+  /** line spaces the not ready lines; null while ready. */
+  private line: SpacedLine | null = null;
 
   constructor(private readonly log: Logger) {}
 
   /** failing notes the reasons of an answer that is not ready. */
   failing(reasons: Record<string, string>): void {
-    const text = JSON.stringify(reasons);
-    if (text !== this.last) {
-      this.last = text;
-      this.line = new SpacedLine();
-    }
+    this.line ??= new SpacedLine();
     const unlogged = this.line.occurred(Date.now());
     if (unlogged === undefined) return;
     this.log.warn("not ready", { reasons, ...(unlogged ? { answers_unlogged: unlogged } : {}) });
+  }
+
+  /** ready notes an answer that is ready: after not ready ones it says so, and the next not ready is logged at once. */
+  ready(): void {
+    if (this.line === null) return;
+    this.line = null;
+    this.log.info("ready again");
   }
 }
 
@@ -141,7 +146,10 @@ export async function readiness(rt: Runtime, notReadyLog: NotReadyLog, trusted: 
   const verdicts = await readinessChecks(rt);
   const checks = Object.fromEntries(Object.entries(verdicts).map(([name, failing]) => [name, failing?.code ?? "ok"])) as ReadinessChecks;
   const failing = Object.entries(verdicts).filter((entry): entry is [string, Failing] => entry[1] !== null);
-  if (failing.length === 0) return { status: "ready", checks };
+  if (failing.length === 0) {
+    notReadyLog.ready();
+    return { status: "ready", checks };
+  }
   const reasons = Object.fromEntries(failing.map(([name, f]) => [name, f.reason]));
   notReadyLog.failing(reasons);
   const named = failing.map(([name, f]) => `${name}: ${f.code}`).join("; ");

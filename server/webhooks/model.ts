@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { documentRefused, openEnum } from "../http/openapi-docs.ts";
+import { documentAs, documentRefused, openEnum } from "../http/openapi-docs.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -204,17 +204,19 @@ export const SecretRotationInput = t.Object(
 );
 export type SecretRotationInput = typeof SecretRotationInput.static;
 
+/**
+ * windowTime is an end of a recovery window: read by recoveryWindow (parseTimestamp, 422 "must be
+ * an RFC 3339 date-time"), which takes a leap second for 23:59:59.999 as the time filters do, where
+ * the date-time format refused second 60; the format is stated for the document only.
+ */
+const windowTime = (description: string) =>
+  t.String({ ...documentAs({ type: "string", format: "date-time" }), error: "must be an RFC 3339 date-time", description });
+
 /** RecoveryInput is the body of POST /webhook-subscriptions/:id/recover. */
 export const RecoveryInput = t.Object(
   {
-    since: t.String({
-      format: "date-time",
-      error: "must be an RFC 3339 date-time",
-      description: `Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`,
-    }),
-    until: t.Optional(
-      t.String({ format: "date-time", error: "must be an RFC 3339 date-time", description: "End of the window (exclusive), RFC 3339, after `since`; default now." }),
-    ),
+    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`),
+    until: t.Optional(windowTime("End of the window (exclusive), RFC 3339, after `since`; default now.")),
   },
   { additionalProperties: false, examples: [{ since: "2026-11-20T08:00:00Z", until: "2026-11-20T14:00:00Z" }] },
 );

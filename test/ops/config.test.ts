@@ -326,6 +326,22 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
   });
 
+  test("a crm.toml number TOML writes with an exponent or as inf is read as the number it is: accepted in range, else refused with the setting's range, never as not a number", () => {
+    const tiny = configFile("disable_failing_after_hours = 1e-7\nretry_schedule = [5, 1e-7]\n");
+    expect(loadConfig(["--config", tiny], {})).toEqual({ ...DEFAULT_CONFIG, disableFailingAfterHours: 1e-7, retrySchedule: [5, 1e-7] });
+    const refused = (line: string) => configError(() => loadConfig(["--config", configFile(`${line}\n`)], {})).replace(/ in \S+:/, ":");
+    expect(["port = 1e-7", "database_pool = 1e-7", "database_pool = 1e21", "shutdown_drain_ms = 2.5e-3", "disable_failing_after_hours = 1e21", "retry_schedule = [5, 1e7]", "slow_list_lane = inf", "disable_failing_after_hours = nan"].map(refused)).toEqual([
+      'invalid port: "0.0000001" is not a port number (0-65535)',
+      'invalid database_pool: "0.0000001" is not a positive whole number',
+      'invalid database_pool: "1000000000000000000000" is not a whole number from 1 to 100',
+      'invalid shutdown_drain_ms: "0.0025" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "1000000000000000000000" is not a number from 0 to 87600',
+      'invalid retry_schedule: "5,10000000" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid slow_list_lane: "inf" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "nan" is not a number (0 or more)',
+    ]);
+  });
+
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
@@ -402,6 +418,24 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(longest, {})).toEqual({ ...DEFAULT_CONFIG, bodyTimeoutMs: 86400000, shutdownTimeoutMs: 86400000, shutdownDrainMs: 86400000, deliveryTimeoutMs: 86400000 });
   });
 
+  test("a retention in days takes at most ten years, from a flag, the environment or crm.toml alike, as --help and README say", () => {
+    for (const [flag, env] of [["--delivery-retention-days", "CRM_DELIVERY_RETENTION_DAYS"], ["--tombstone-retention-days", "CRM_TOMBSTONE_RETENTION_DAYS"]] as const) {
+      const key = flag.slice(2).replaceAll("-", "_");
+      const file = configFile(`${key} = 1000000000\n`);
+      expect([
+        configError(() => loadConfig([flag, "3651"], {})),
+        configError(() => loadConfig([], { [env]: "9007199254740991" })),
+        configError(() => loadConfig(["--config", file], {})),
+        loadConfig([flag, "3650"], {})[SETTINGS.find((s) => s.flag === flag)!.key],
+      ]).toEqual([
+        `invalid ${flag}: "3651" is not a whole number from 1 to 3650`,
+        `invalid ${env}: "9007199254740991" is not a whole number from 1 to 3650`,
+        `invalid ${key} in ${file}: "1000000000" is not a whole number from 1 to 3650`,
+        3650,
+      ]);
+    }
+  });
+
   test("a retry delay takes at most 30 days; a longer one, which could put the next attempt past any timestamp, is refused", () => {
     expect(loadConfig(["--retry-schedule", "5,2592000"], {}).retrySchedule).toEqual([5, 2592000]);
     expect([
@@ -430,6 +464,7 @@ describe("configuration: invalid input names the setting", () => {
       [["serve", "--config", "missing.toml"], {}, "crm: config file missing.toml does not exist\n"],
       [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable ASCII characters without spaces\n"],
       [["serve", "--body-timeout-ms", "3000000000"], {}, 'crm: invalid --body-timeout-ms: "3000000000" is not a whole number from 1 to 86400000\n'],
+      [["serve"], { CRM_TOMBSTONE_RETENTION_DAYS: "36500" }, 'crm: invalid CRM_TOMBSTONE_RETENTION_DAYS: "36500" is not a whole number from 1 to 3650\n'],
     ];
     for (const [args, env, line] of cases) {
       const result = runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env } });

@@ -5,7 +5,7 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
-import { authorizeMetrics, DatabaseGauges, metricsText } from "../../server/ops/service.ts";
+import { authorizeMetrics, DatabaseGauges, metricsText, NotReadyLog } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -101,6 +101,30 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     // The reasons are logged once while they stay the same (a load balancer probes every few seconds).
     expect(logged.map(({ time, ...line }) => line)).toEqual([{ level: "warn", msg: "not ready", reasons: { delivery_loop: "not running" } }]);
     await h.close();
+  });
+
+  test("not ready is logged when readiness changes, then once a minute while it stays not ready whatever its reasons; ready again is logged too", async () => {
+    const logged: Record<string, unknown>[] = [];
+    const log = createLogger("info", (line) => logged.push(JSON.parse(line)));
+    const h = await createHarness({ metricsToken: METRICS_TOKEN }, { log });
+    const readiness = () => logged.filter((line) => line.msg === "not ready" || line.msg === "ready again").map(({ time, ...line }) => line);
+    const notRunning = { level: "warn", msg: "not ready", reasons: { delivery_loop: "not running" } };
+    try {
+      await readyz(h);
+      h.rt.deliveries.start();
+      expect((await call(h.app, "GET", "/readyz")).status).toBe(200);
+      await h.rt.deliveries.stop(0);
+      await readyz(h);
+      expect(readiness()).toEqual([notRunning, { level: "info", msg: "ready again" }, notRunning]);
+    } finally {
+      await h.close();
+    }
+    // Two causes taking turns (a database failing now and then beside a stopped loop) are one condition, not a line per answer.
+    logged.length = 0;
+    const notReadyLog = new NotReadyLog(log);
+    const turns: Record<string, string>[] = [{ delivery_loop: "not running" }, { database: "database is locked", delivery_loop: "not running" }, { delivery_loop: "not running" }];
+    for (const reasons of turns) notReadyLog.failing(reasons);
+    expect(readiness()).toEqual([notRunning]);
   });
 
   test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {

@@ -349,6 +349,22 @@ describe("auto-disable in the console", () => {
     }
   });
 
+  test("a failing streak already past a lowered limit is said to be disabled at its next attempt, not at a time already gone", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 5 });
+    const sub = await h.subscribe(scope.receiver().url, ["contact.created"]);
+    // Failing for 10 h under the 120 h default, then the service restarted with 5.
+    const failingSince = Date.now() - 10 * 3_600_000;
+    await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, failingSince));
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const since = new Date(failingSince).toISOString().slice(0, 19).replace("T", " ");
+    for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
+      const page = await client.get(path);
+      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, `Failing since ${since}; disabled automatically at its next attempt if that fails too (it has failed for longer than the 5 h limit).`]);
+    }
+  });
+
   test("enabling without the form's CSRF token is refused and changes nothing", async () => {
     h = await scope.harness({ disableFailingAfterHours: secondsAsHours(0.1), retrySchedule: Array(40).fill(0.03) });
     const r = scope.receiver();
