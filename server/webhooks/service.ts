@@ -107,7 +107,9 @@ function toDelivery(row: DeliveryRow): Delivery {
     last_error: row.last_error,
     // An earlier version took retry delays of any size: a next attempt stored past Date's range is
     // as good as never, and reads as the latest instant a timestamp writes rather than failing the list.
-    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(row.next_attempt_at, LATEST_TIMESTAMP_MS)) : null,
+    // A test ping is stored due just before the subscription's earliest pending delivery, its place
+    // ahead of them in the claim order (recordPing): it is due from its creation, not before.
+    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(Math.max(row.next_attempt_at, row.created_at), LATEST_TIMESTAMP_MS)) : null,
     request_id: row.request_id,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),

@@ -144,6 +144,26 @@ describe("webhook deliveries: a test event", () => {
     expect(await h.delivery(ping.body.data.delivery_id)).toMatchObject({ event_type: "webhook.ping", status: "succeeded", attempts: 1 });
   });
 
+  test("a test ping put ahead of a backlog shows itself due at its creation, not before it, and is still sent first (s36 slow-receiver cut)", async () => {
+    h = await scope.harness({ rateWriteBurst: 1000 });
+    const r = receiver("/ordered");
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 3 }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    const backlog = await h.deliveries(`subscription_id=${sub.id}`);
+    // Made a moment after the backlog, so that being due at its creation would put it last.
+    await waitFor(() => Date.now() > Math.max(...backlog.map((d) => Date.parse(d.created_at))), "a millisecond after the backlog");
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`);
+    expect(ping.status).toBe(202);
+    const pending = await h.delivery(ping.body.data.delivery_id);
+    expect({ status: pending.status, next_attempt_at: pending.next_attempt_at }).toEqual({ status: "pending", next_attempt_at: pending.created_at });
+    expect(pending.created_at > backlog[0].next_attempt_at).toBe(true);
+    h.rt.deliveries.start();
+    await waitFor(() => r.received.length === 4, "the ping and the backlog");
+    expect(r.received.map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created", "contact.created", "contact.created"]);
+  });
+
   test("POST /:id/test is sent at once when the subscription's only delivery waiting is a retry due in 3 days", async () => {
     h = await scope.harness({ retrySchedule: [3 * 86_400], rateWriteBurst: 1000 });
     const r = receiver("/later");
