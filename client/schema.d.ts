@@ -5440,6 +5440,8 @@ export interface operations {
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
                              */
                             failing_since: string | null;
+                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume. */
+                            deliveries_waiting: number;
                             last_24h: {
                                 /**
                                  * Format: date-time

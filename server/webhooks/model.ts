@@ -269,6 +269,10 @@ export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
   status: openEnum(SUBSCRIPTION_STATUSES, { description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
+  deliveries_waiting: t.Integer({
+    description:
+      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume.",
+  }),
   last_24h: WindowStats,
   last_7d: WindowStats,
 });

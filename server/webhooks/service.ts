@@ -44,6 +44,7 @@ import {
   type StoredEvent,
   countDeliveriesBySubscription,
   countPendingDeliveries,
+  countWaitingDeliveries,
   countSubscriptions,
   deleteSecretAnswers,
   deleteSubscription as deleteSubscriptionRow,
@@ -743,10 +744,10 @@ export async function subscriptionDeliveryCounts(db: Db, sinceMs: number): Promi
   return new Map((await countDeliveriesBySubscription(db, sinceMs)).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
 }
 
-/** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */
-export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null }> {
+/** deliveryQueueStats reports the pending deliveries, the age of the oldest, and those of active subscriptions due and not started (waiting for a slot), for metrics. */
+export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null; waiting: number }> {
   const { pending, oldest_created_at } = await countPendingDeliveries(db);
-  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
+  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at, waiting: await countWaitingDeliveries(db, now) };
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */
