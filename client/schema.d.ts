@@ -1161,7 +1161,7 @@ export interface components {
             last_error: string | null;
             /**
              * Format: date-time
-             * @description When the next scheduled attempt is due; null once succeeded or failed.
+             * @description When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.
              */
             next_attempt_at: string | null;
             /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
@@ -1211,7 +1211,7 @@ export interface components {
             last_error: string | null;
             /**
              * Format: date-time
-             * @description When the next scheduled attempt is due; null once succeeded or failed.
+             * @description When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.
              */
             next_attempt_at: string | null;
             /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
@@ -5441,6 +5441,8 @@ export interface operations {
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
                              */
                             failing_since: string | null;
+                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume. */
+                            deliveries_waiting: number;
                             last_24h: {
                                 /**
                                  * Format: date-time

@@ -291,6 +291,11 @@ async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
     up(1),
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
+    {
+      name: "crm_webhook_deliveries_waiting",
+      help: "Webhook deliveries due and not started, of active subscriptions not paused: waiting for a delivery slot (or a max_rate's pace), over every instance.",
+      value: queue.waiting,
+    },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.deliveries, labels: { table: "deliveries" } },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.attempts, labels: { table: "attempts" } },
     { name: "crm_webhook_history_bytes", help: "Database pages the webhook delivery history holds (deliveries, attempts, header sets, their indexes), in bytes.", value: history.bytes },

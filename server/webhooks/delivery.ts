@@ -76,6 +76,11 @@ export interface AttemptResult {
   retry_after_ms: number | null;
   /** the non-public address the target's name resolved to when the attempt was refused for it; logged for the operator, not recorded */
   refused_address: string | null;
+  /**
+   * the receiver gave no complete answer: the attempt timed out, or no connection to it worked (not
+   * a refused address, nor an attempt interrupted here); the delivery loop sends it fewer at once
+   */
+  unanswered: boolean;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -318,6 +323,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     error: null,
     retry_after_ms: null,
     refused_address: null,
+    unanswered: false,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
@@ -381,6 +387,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     // Every address tried was unreached: the record names them all, and counts those not tried.
     else if (error instanceof EveryAddressUnreached || unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
+    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && (timeout.aborted || result.response_status === null);
   }
   if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;

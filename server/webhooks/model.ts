@@ -115,7 +115,10 @@ export const Delivery = t.Object({
   attempts: t.Integer({ description: "Attempts made so far (scheduled and manual)." }),
   last_response_status: t.Union([t.Integer(), t.Null()], { description: "HTTP status of the last attempt; null if it got no response." }),
   last_error: t.Union([t.String(), t.Null()], { description: "Network error or refusal of the last attempt, in words." }),
-  next_attempt_at: t.Union([timestamp, t.Null()], { description: "When the next scheduled attempt is due; null once succeeded or failed." }),
+  next_attempt_at: t.Union([timestamp, t.Null()], {
+    description:
+      "When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.",
+  }),
   request_id: t.Union([t.String(), t.Null()], {
     description:
       "The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request.",
@@ -272,6 +275,10 @@ export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
   status: openEnum(SUBSCRIPTION_STATUSES, { description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
+  deliveries_waiting: t.Integer({
+    description:
+      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume.",
+  }),
   last_24h: WindowStats,
   last_7d: WindowStats,
 });

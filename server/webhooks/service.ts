@@ -44,6 +44,7 @@ import {
   type StoredEvent,
   countDeliveriesBySubscription,
   countPendingDeliveries,
+  countWaitingDeliveries,
   countSubscriptions,
   deleteSecretAnswers,
   deleteSubscription as deleteSubscriptionRow,
@@ -107,7 +108,9 @@ function toDelivery(row: DeliveryRow): Delivery {
     last_error: row.last_error,
     // An earlier version took retry delays of any size: a next attempt stored past Date's range is
     // as good as never, and reads as the latest instant a timestamp writes rather than failing the list.
-    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(row.next_attempt_at, LATEST_TIMESTAMP_MS)) : null,
+    // A test ping is stored due just before the subscription's earliest pending delivery, its place
+    // ahead of them in the claim order (recordPing): it is due from its creation, not before.
+    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(Math.max(row.next_attempt_at, row.created_at), LATEST_TIMESTAMP_MS)) : null,
     request_id: row.request_id,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
@@ -743,10 +746,10 @@ export async function subscriptionDeliveryCounts(db: Db, sinceMs: number): Promi
   return new Map((await countDeliveriesBySubscription(db, sinceMs)).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
 }
 
-/** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */
-export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null }> {
+/** deliveryQueueStats reports the pending deliveries, the age of the oldest, and those of active subscriptions due and not started (waiting for a slot), for metrics. */
+export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null; waiting: number }> {
   const { pending, oldest_created_at } = await countPendingDeliveries(db);
-  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
+  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at, waiting: await countWaitingDeliveries(db, now) };
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */

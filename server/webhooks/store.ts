@@ -918,6 +918,24 @@ export async function countPendingDeliveries(db: Db): Promise<{ pending: number;
   ))!;
 }
 
+/**
+ * countWaitingDeliveries counts the pending deliveries due by `now` that no unexpired lease holds:
+ * of one subscription, or (null) of every active subscription not paused, whose wait is for a
+ * delivery slot (or a max_rate's pace), not for a resume. The due ones are counted in the index of
+ * each subscription's due deliveries alone, less the leases, a few hundred at most.
+ */
+export async function countWaitingDeliveries(db: Db, now: number, subscriptionId: string | null = null): Promise<number> {
+  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions WHERE ${subscriptionId === null ? "status = 'active' AND paused_at IS NULL" : "id = ?"})`;
+  const ids = subscriptionId === null ? [] : [subscriptionId];
+  const row = await db.get<{ due: number; leased: number }>(
+    `SELECT (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription")} WHERE status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS due,
+            (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")}
+             WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS leased`,
+    [now, ...ids, now, now, ...ids],
+  );
+  return row!.due - row!.leased;
+}
+
 /** countDeliveriesBySubscription counts each subscription's deliveries created since a time, by status. */
 export function countDeliveriesBySubscription(db: Db, since: number): Promise<{ subscription_id: string; succeeded: number; failed: number; pending: number }[]> {
   // Each count is one range of webhook_deliveries_subscription_status, read from the index alone;
