@@ -115,6 +115,16 @@ export function createApp(runtime: Runtime) {
         },
         schemas: NAMED_SCHEMAS,
         webhooks: webhooksDocument(),
+        tags: [
+          { name: "Contacts", description: "People: create, read, change and delete them, find them by filters, link them to accounts, tag them, and upsert them 100 at a time." },
+          { name: "Accounts", description: "Companies, matched by domain: create, read, change and delete them, and upsert them 100 at a time." },
+          { name: "Users", description: "The people of your team that contacts are assigned to." },
+          { name: "Webhook subscriptions", description: "Where events are sent: a target URL and the event kinds it wants, with its signing secret, rate cap, pause, test, recovery and endpoint health." },
+          { name: "Webhook deliveries", description: "What was sent to each subscription, every attempt and its answer, and a retry of one delivery." },
+          { name: "Webhook event types", description: "The event kinds a subscription can ask for, each with the JSON Schema of its body." },
+          { name: "Webhook events", description: "The signed requests the service sends to a subscription's target URL (Standard Webhooks), one per event kind: what a receiver gets." },
+          { name: "Operations", description: "Liveness and readiness probes for load balancers, and Prometheus metrics." },
+        ],
       }),
     )
     .use(contactRoutes(rt))
