@@ -4,7 +4,7 @@ import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
+import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
@@ -239,21 +239,37 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
 }
 
 /**
- * migrateDataDirectory applies the SQLite migrations a command finds pending, holding the data
- * directory as serve does while it changes the schema: a serve still running there (the old
+ * migrateDataDirectory applies the SQLite migrations a command finds pending in `db`, holding the
+ * data directory as serve does while it changes the schema: a serve still running there (the old
  * version, during an upgrade) would have its schema changed under it, so the command is refused
- * instead. With nothing pending it takes no lock, and works beside a running serve. `locked`: the
- * caller holds the directory already.
+ * instead, as it is while any other process has the database open (databaseOpenElsewhere: a serve
+ * from before 2026-11-27 holds no crm.lock). With nothing pending it takes no lock, works beside a
+ * running serve and returns `db`; else `db` is closed for that look, which its own connections
+ * would fail, and the database returned is opened anew. `locked`: the caller holds the directory already.
  */
-async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
+async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<{ db: SqliteDatabase; applied: string[] }> {
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
   // With nothing to apply, migrateBackend (which refuses a database a newer crm migrated) is not called.
   if (pending.length === 0) {
     await refuseNewerDatabase(db);
-    return [];
+    return { db, applied: [] };
   }
-  if (locked) return migrateWithSecretsKey(db, config);
-  return whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, () => migrateWithSecretsKey(db, config));
+  await db.close();
+  const why = `stop it before the schema is changed (pending: ${pending.join(", ")})`;
+  const migrateAlone = async () => {
+    const file = resolve(databaseFile(config.dataDir));
+    if (databaseOpenElsewhere(file)) {
+      throw new ConfigError(`the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): ${why}`);
+    }
+    const reopened = openDatabase(file, config.synchronous);
+    try {
+      return { db: reopened, applied: await migrateWithSecretsKey(reopened, config) };
+    } catch (error) {
+      await reopened.close();
+      throw error;
+    }
+  };
+  return locked ? migrateAlone() : whileHoldingDataDirectory(config, why, migrateAlone);
 }
 
 /**
@@ -307,11 +323,11 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
   if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
-  await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
+  const migrated = await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;
   });
-  return db;
+  return migrated.db;
 }
 
 /**
@@ -589,9 +605,12 @@ async function main(argv: string[]): Promise<number> {
       // instances without the URL that made a database whose tokens every instance refused. The default ./data
       // still, as a first run from the repository makes it.
       if (!config.databaseUrl && !dataDirNamedHere(args) && config.dataDir !== DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
-      const db = await openBackend(config);
+      const opened = await openBackend(config);
+      let db: Backend = opened;
       try {
-        const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
+        let applied: string[];
+        if (opened.dialect === "sqlite") ({ db, applied } = await migrateDataDirectory(opened, config));
+        else applied = await migrateWithSecretsKey(opened, config);
         printOut(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       } finally {
         await db.close();

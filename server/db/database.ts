@@ -657,6 +657,29 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
   return () => held.close();
 }
 
+/**
+ * databaseOpenElsewhere tells whether another process has the SQLite file at `path` open, whether
+ * or not it holds crm.lock (a serve from before 2026-11-27 takes none). In WAL mode every connection
+ * holds a shared lock on the file from its first read until it closes, and a connection in
+ * EXCLUSIVE locking mode takes an exclusive one at its first read, refused while any is held. This
+ * process must have no connection of its own open on the file: SQLite counts its locks too.
+ */
+export function databaseOpenElsewhere(path: string): boolean {
+  let probe: SqliteConnection | undefined;
+  try {
+    probe = new SqliteConnection(path, { readwrite: true });
+    probe.run("PRAGMA busy_timeout = 0");
+    probe.run("PRAGMA locking_mode = EXCLUSIVE");
+    probe.query("SELECT count(*) FROM sqlite_master").get();
+    return false;
+  } catch (error) {
+    if (isSqliteBusy(error)) return true;
+    throw error;
+  } finally {
+    probe?.close();
+  }
+}
+
 /** dataDirectoryLockFile is the file lockDataDirectory holds locked in a data directory. */
 export function dataDirectoryLockFile(dataDir: string): string {
   return join(dataDir, "crm.lock");
