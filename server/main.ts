@@ -796,17 +796,21 @@ function unavailableText(error: unknown): string | null {
 
 /**
  * storageFailureText is the one line of a command the storage refused (a full disk: SQLITE_FULL,
- * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system; a
- * failed sync to disk), which the API answers 503 to: the command exits EXIT.unavailable, as
- * running it again once the operator has acted may succeed. Null for any other error.
+ * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system:
+ * SQLite's refusal, or EROFS met on the data directory; a failed sync to disk), which the API
+ * answers 503 to: the command exits EXIT.unavailable, as running it again once the operator has
+ * acted may succeed. A migration it stopped is told by its cause and named. Null for any other error.
  */
 function storageFailureText(error: unknown): string | null {
-  const detail = String((error as Error)?.message ?? error).split("\n")[0];
-  switch (errorCode(error) === "ENOSPC" ? "storage-full" : databaseFailureOf(error)) {
+  const cause = error instanceof MigrationFailed ? error.cause : error;
+  const detail = String((cause as Error)?.message ?? cause).split("\n")[0];
+  const stopped = error instanceof MigrationFailed ? `migration ${error.migration} was not applied (those before it were), and nothing more was done` : "nothing more was done";
+  const code = errorCode(cause);
+  switch (code === "ENOSPC" ? "storage-full" : code === "EROFS" ? "storage-read-only" : databaseFailureOf(cause)) {
     case "storage-full":
-      return `no room left on the disk (${detail}); nothing more was done: make room, then run the command again`;
+      return `no room left on the disk (${detail}); ${stopped}: make room, then run the command again`;
     case "storage-read-only":
-      return `the database's storage takes no writes (${detail}): its file or file system is read-only; nothing more was done: make it writable, then run the command again`;
+      return `the database's storage takes no writes (${detail}): its file or file system is read-only; ${stopped}: make it writable, then run the command again`;
     case "storage-failed":
       return `the database's storage failed (${detail}), so the last change may not have been saved: check the disk, then run the command again`;
     default:
