@@ -2,7 +2,7 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, urlWithoutPassword, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -29,7 +29,7 @@ import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts, importCounts } from "./import/service.ts";
-import { commandHere, startServer } from "./server.ts";
+import { commandHere, shellWord, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
@@ -737,7 +737,10 @@ async function main(argv: string[]): Promise<number> {
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadCommandConfig(args);
       if (config.databaseUrl) {
-        process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
+        // Never the password: an example run as shown would put it in argv, which ps shows to every local user.
+        process.stderr.write(
+          `crm: backup copies the SQLite database of a data directory, and this one is on PostgreSQL (the database URL given by ${config.databaseUrlFrom.named}): back it up with pg_dump, the password in ~/.pgpass (0600) rather than on the command line, which ps shows to every local user: pg_dump --format=custom --file=FILE ${shellWord(urlWithoutPassword(config.databaseUrl))}; keep the secrets key file apart from the dump\n`,
+        );
         return EXIT.refused;
       }
       requireDatabase(config.dataDir);

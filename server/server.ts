@@ -35,7 +35,7 @@ export interface RunningServer {
 const MANUAL_ATTEMPTS_ANSWER_MS = 1000;
 
 /** shellWord quotes a word for a POSIX shell when it needs quoting. */
-function shellWord(word: string): string {
+export function shellWord(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
