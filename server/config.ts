@@ -328,6 +328,14 @@ export function redactedUrl(url: string): string {
   return parsed.toString();
 }
 
+/** urlWithoutPassword is a postgres:// URL (one the settings took) without its password and password parameters, for a command line that leaves them to ~/.pgpass. */
+export function urlWithoutPassword(url: string): string {
+  const parsed = new URL(url);
+  parsed.password = "";
+  for (const name of ["password", "sslpassword"]) parsed.searchParams.delete(name);
+  return parsed.toString();
+}
+
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
 export class ConfigError extends Error {}
 

@@ -2,9 +2,9 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, urlWithoutPassword, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
+import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
@@ -29,7 +29,7 @@ import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { importContacts, importCounts } from "./import/service.ts";
-import { commandHere, startServer } from "./server.ts";
+import { commandHere, shellWord, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
@@ -252,21 +252,37 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
 }
 
 /**
- * migrateDataDirectory applies the SQLite migrations a command finds pending, holding the data
- * directory as serve does while it changes the schema: a serve still running there (the old
+ * migrateDataDirectory applies the SQLite migrations a command finds pending in `db`, holding the
+ * data directory as serve does while it changes the schema: a serve still running there (the old
  * version, during an upgrade) would have its schema changed under it, so the command is refused
- * instead. With nothing pending it takes no lock, and works beside a running serve. `locked`: the
- * caller holds the directory already.
+ * instead, as it is while any other process has the database open (databaseOpenElsewhere: a serve
+ * from before 2026-11-27 holds no crm.lock). With nothing pending it takes no lock, works beside a
+ * running serve and returns `db`; else `db` is closed for that look, which its own connections
+ * would fail, and the database returned is opened anew. `locked`: the caller holds the directory already.
  */
-async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
+async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<{ db: SqliteDatabase; applied: string[] }> {
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
   // With nothing to apply, migrateBackend (which refuses a database a newer crm migrated) is not called.
   if (pending.length === 0) {
     await refuseNewerDatabase(db);
-    return [];
+    return { db, applied: [] };
   }
-  if (locked) return migrateWithSecretsKey(db, config);
-  return whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, () => migrateWithSecretsKey(db, config));
+  await db.close();
+  const why = `stop it before the schema is changed (pending: ${pending.join(", ")})`;
+  const migrateAlone = async () => {
+    const file = resolve(databaseFile(config.dataDir));
+    if (databaseOpenElsewhere(file)) {
+      throw new ConfigError(`the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): ${why}`);
+    }
+    const reopened = openDatabase(file, config.synchronous);
+    try {
+      return { db: reopened, applied: await migrateWithSecretsKey(reopened, config) };
+    } catch (error) {
+      await reopened.close();
+      throw error;
+    }
+  };
+  return locked ? migrateAlone() : whileHoldingDataDirectory(config, why, migrateAlone);
 }
 
 /**
@@ -320,11 +336,11 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
   if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
-  await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
+  const migrated = await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;
   });
-  return db;
+  return migrated.db;
 }
 
 /**
@@ -602,9 +618,12 @@ async function main(argv: string[]): Promise<number> {
       // instances without the URL that made a database whose tokens every instance refused. The default ./data
       // still, as a first run from the repository makes it.
       if (!config.databaseUrl && !dataDirNamedHere(args) && config.dataDir !== DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
-      const db = await openBackend(config);
+      const opened = await openBackend(config);
+      let db: Backend = opened;
       try {
-        const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
+        let applied: string[];
+        if (opened.dialect === "sqlite") ({ db, applied } = await migrateDataDirectory(opened, config));
+        else applied = await migrateWithSecretsKey(opened, config);
         printOut(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       } finally {
         await db.close();
@@ -731,7 +750,10 @@ async function main(argv: string[]): Promise<number> {
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadCommandConfig(args);
       if (config.databaseUrl) {
-        process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
+        // Never the password: an example run as shown would put it in argv, which ps shows to every local user.
+        process.stderr.write(
+          `crm: backup copies the SQLite database of a data directory, and this one is on PostgreSQL (the database URL given by ${config.databaseUrlFrom.named}): back it up with pg_dump, the password in ~/.pgpass (0600) rather than on the command line, which ps shows to every local user: pg_dump --format=custom --file=FILE ${shellWord(urlWithoutPassword(config.databaseUrl))}; keep the secrets key file apart from the dump\n`,
+        );
         return EXIT.refused;
       }
       requireDatabase(config.dataDir);
@@ -790,17 +812,21 @@ function unavailableText(error: unknown): string | null {
 
 /**
  * storageFailureText is the one line of a command the storage refused (a full disk: SQLITE_FULL,
- * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system; a
- * failed sync to disk), which the API answers 503 to: the command exits EXIT.unavailable, as
- * running it again once the operator has acted may succeed. Null for any other error.
+ * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system:
+ * SQLite's refusal, or EROFS met on the data directory; a failed sync to disk), which the API
+ * answers 503 to: the command exits EXIT.unavailable, as running it again once the operator has
+ * acted may succeed. A migration it stopped is told by its cause and named. Null for any other error.
  */
 function storageFailureText(error: unknown): string | null {
-  const detail = String((error as Error)?.message ?? error).split("\n")[0];
-  switch (errorCode(error) === "ENOSPC" ? "storage-full" : databaseFailureOf(error)) {
+  const cause = error instanceof MigrationFailed ? error.cause : error;
+  const detail = String((cause as Error)?.message ?? cause).split("\n")[0];
+  const stopped = error instanceof MigrationFailed ? `migration ${error.migration} was not applied (those before it were), and nothing more was done` : "nothing more was done";
+  const code = errorCode(cause);
+  switch (code === "ENOSPC" ? "storage-full" : code === "EROFS" ? "storage-read-only" : databaseFailureOf(cause)) {
     case "storage-full":
-      return `no room left on the disk (${detail}); nothing more was done: make room, then run the command again`;
+      return `no room left on the disk (${detail}); ${stopped}: make room, then run the command again`;
     case "storage-read-only":
-      return `the database's storage takes no writes (${detail}): its file or file system is read-only; nothing more was done: make it writable, then run the command again`;
+      return `the database's storage takes no writes (${detail}): its file or file system is read-only; ${stopped}: make it writable, then run the command again`;
     case "storage-failed":
       return `the database's storage failed (${detail}), so the last change may not have been saved: check the disk, then run the command again`;
     default:

@@ -184,10 +184,19 @@ export function heldWarnings(name: string): { warn: MigrationWarn; release: (to:
 }
 
 /** MigrationFailed is a migration that failed and was rolled back whole; main prints its message as one line. */
-export class MigrationFailed extends Error {}
+export class MigrationFailed extends Error {
+  constructor(
+    /** migration is the failed migration's name (those before it stay applied) */
+    readonly migration: string,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
 
 /** migrationFailure names the migration an error stopped, unless the error already speaks for itself (a setting to fix). */
 export function migrationFailure(name: string, error: unknown): unknown {
   if (error instanceof ConfigError) return error;
-  return new MigrationFailed(`migration ${name} failed, and nothing of it was applied (the database is as it was): ${(error as Error)?.message ?? String(error)}`, { cause: error });
+  return new MigrationFailed(name, `migration ${name} failed, and nothing of it was applied (the database is as it was): ${(error as Error)?.message ?? String(error)}`, { cause: error });
 }

@@ -167,6 +167,7 @@ function lockWaitOutlasted(name: string, urlFrom: string, lockTimeoutMs: number,
     ? `blocking sessions: ${sessions.map((s) => `pid ${s.pid} (application ${s.application || "unnamed"}, role ${s.role}, client ${s.client ?? "local"}, ${s.state}, in a transaction for ${s.transaction_seconds ?? 0} s)`).join(", ")}`
     : `the blocking sessions ${blockers?.blocking_sessions_unknown ? `could not be read (${blockers.blocking_sessions_unknown})` : "were not read"}: look for long transactions in pg_stat_activity (ORDER BY xact_start)`;
   return new MigrationFailed(
+    name,
     `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: it waited ${lockTimeoutMs / 1000} s for a lock other sessions hold (a transaction left open, a long query, a VACUUM FULL), given up by its lock_timeout; ${named}; end them (SELECT pg_terminate_backend(pid)) or let them finish, then start again`,
     { cause },
   );
@@ -192,5 +193,5 @@ function migrationStepFailure(name: string, urlFrom: string, error: unknown): un
   if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
   const hint = MIGRATION_STEP_HINTS[sqlStateOf(error) ?? ""];
   const text = `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
-  return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
+  return new MigrationFailed(name, hint ? `${text}; ${hint}` : text, { cause: error });
 }

@@ -5,7 +5,7 @@ import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
 import { databaseNewer } from "../http/errors.ts";
-import { databasePath, openDatabase } from "../db/database.ts";
+import { databaseFile, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, databaseFaultOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ReadLaneFull } from "../db/slow-reads.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -365,7 +365,8 @@ export interface BackupResult {
  */
 export async function backupDatabase(dataDir: string, file: string): Promise<BackupResult> {
   if (!existsSync(dataDir)) throw new BackupError(`data directory ${dataDir} does not exist`);
-  const source = databasePath(dataDir);
+  // Not databasePath, which wants to write there: a backup only reads, from a file system turned read-only too.
+  const source = databaseFile(dataDir);
   if (!existsSync(source)) throw new BackupError(`no database at ${source}`);
   const exists = () => new BackupError(`${file} already exists; backup never overwrites a file`);
   if (existsSync(file)) throw exists();

@@ -594,6 +594,34 @@ describe("configuration: invalid input names the setting", () => {
     }
   });
 
+  test("while another process has the database open without crm.lock (a serve from before 2026-11-27 took none), a command with migrations to apply is refused and changes nothing; commands that migrate nothing run beside it, and once it is gone the migration runs", async () => {
+    const dataDir = tempDir("held-unlocked");
+    const file = join(dataDir, "crm.sqlite");
+    const old = openDatabase(databasePath(dataDir));
+    migrate(old.sqlite, MIGRATIONS.slice(0, -1));
+    await old.close();
+    // As an old serve holds it: a WAL connection that has read, open until the process ends.
+    const holder = Bun.spawn([process.execPath, "-e", `const { Database } = require("bun:sqlite"); const db = new Database(${JSON.stringify(file)}); db.run("PRAGMA journal_mode = WAL"); db.query("SELECT count(*) FROM schema_migrations").get(); console.log("open"); setInterval(() => {}, 1000);`], { stdout: "pipe", stderr: "inherit" });
+    try {
+      const reader = holder.stdout.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("open\n");
+      const refusal = `crm: the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): stop it before the schema is changed (pending: ${MIGRATIONS.at(-1)!.name})\n`;
+      for (const command of [["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
+        const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
+        expect({ command, exitCode: refused.exitCode, stdout: refused.stdout, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+      // A backup only reads: it copies beside the old serve as before.
+      expect(runCli([...SOURCE, "backup", join(dataDir, "copy.sqlite"), "--data-dir", dataDir]).exitCode).toBe(0);
+      const check = new Database(file, { readonly: true });
+      expect(check.query("SELECT count(*) AS n FROM schema_migrations").get()).toEqual({ n: MIGRATIONS.length - 1 });
+      check.close();
+    } finally {
+      holder.kill();
+      await holder.exited;
+    }
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: `applied ${MIGRATIONS.at(-1)!.name}\n`, stderr: "" });
+  });
+
   test("a database a newer crm migrated is refused by serve and every command, in one line, and left as it was", async () => {
     const dataDir = tempDir("newer");
     const db = openDatabase(databasePath(dataDir));
