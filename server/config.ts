@@ -406,6 +406,13 @@ function databaseUrlMistake(text: string): string {
   return "it is not a URL";
 }
 
+/**
+ * numberOf reads a setting's digits, and inf as TOML writes it (fileNumberText: 1e400 is read so),
+ * as Infinity: like digits past a double, it is past a bounded setting's range, which its refusal
+ * names as 1e21's does, rather than saying it is no number.
+ */
+const numberOf = (text: string): number => (text === "inf" ? Infinity : Number(text));
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   // A secret is never echoed, not even a malformed one: this line ends up in logs. Nor is a database
@@ -424,24 +431,25 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return n;
     }
     case "positive-int": {
-      const n = Number(text);
-      if (!/^\d+$/.test(text) || n < 1) fail("a positive whole number");
+      const n = numberOf(text);
+      if (!/^(\d+|inf)$/.test(text) || n < 1) fail("a positive whole number");
       // A bounded setting's range is named first: a number past it is no less out of range for being past 2^53 too.
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
       if (!Number.isSafeInteger(n)) fail("a positive whole number");
       return n;
     }
     case "whole": {
-      const n = Number(text);
-      if (!/^\d+$/.test(text)) fail("a whole number (0 or more)");
+      const n = numberOf(text);
+      if (!/^(\d+|inf)$/.test(text)) fail("a whole number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
       if (!Number.isSafeInteger(n)) fail("a whole number (0 or more)");
       return n;
     }
     case "number": {
-      const n = Number(text);
-      if (!/^\d+(\.\d+)?$/.test(text) || !Number.isFinite(n)) fail("a number (0 or more)");
+      const n = numberOf(text);
+      if (!/^(\d+(\.\d+)?|inf)$/.test(text)) fail("a number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a number from 0 to ${setting.max}`);
+      if (!Number.isFinite(n)) fail("a number (0 or more)");
       return n;
     }
     case "boolean":
@@ -451,11 +459,10 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return text;
     case "seconds-list": {
       const parts = text.split(",").map((p) => p.trim());
-      const values = parts.map(Number);
-      if (parts.length === 0 || parts.some((p) => !/^\d+(\.\d+)?$/.test(p)) || values.some((v) => !Number.isFinite(v))) {
-        fail("a comma-separated list of seconds");
-      }
+      const values = parts.map(numberOf);
+      if (parts.length === 0 || parts.some((p) => !/^(\d+(\.\d+)?|inf)$/.test(p))) fail("a comma-separated list of seconds");
       if (setting.max !== undefined && values.some((v) => v > setting.max!)) fail(`a comma-separated list of seconds, each from 0 to ${setting.max}`);
+      if (values.some((v) => !Number.isFinite(v))) fail("a comma-separated list of seconds");
       return values;
     }
     case "secret":

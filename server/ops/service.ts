@@ -109,26 +109,29 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
  * read /metrics: at once when the instance becomes not ready, then once a minute while it stays
  * so, as a load balancer probes every few seconds, whatever the reasons: spaced by its reasons,
  * two causes taking turns (a check failing now and then beside one failing throughout) logged a
- * line at every answer. It says when the instance is ready again.
+ * line at every answer. It says when the instance is ready again. The spacing outlasts a ready
+ * answer: a check failing every other probe, ready in between, is one condition too, not a
+ * "not ready" and a "ready again" at each probe.
  */
 export class NotReadyLog {
-  /** line spaces the not ready lines; null while ready. */
-  private line: SpacedLine | null = null;
+  private readonly line = new SpacedLine();
+  /** whether a "not ready" was logged since the last "ready again" */
+  private logged = false;
 
   constructor(private readonly log: Logger) {}
 
   /** failing notes the reasons of an answer that is not ready. */
   failing(reasons: Record<string, string>): void {
-    this.line ??= new SpacedLine();
     const unlogged = this.line.occurred(Date.now());
     if (unlogged === undefined) return;
+    this.logged = true;
     this.log.warn("not ready", { reasons, ...(unlogged ? { answers_unlogged: unlogged } : {}) });
   }
 
-  /** ready notes an answer that is ready: after not ready ones it says so, and the next not ready is logged at once. */
+  /** ready notes an answer that is ready: after a logged not ready one it says so. */
   ready(): void {
-    if (this.line === null) return;
-    this.line = null;
+    if (!this.logged) return;
+    this.logged = false;
     this.log.info("ready again");
   }
 }

@@ -4,6 +4,7 @@ import { withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
 import { errorCode } from "../shared/thrown.ts";
+import { redirectError } from "./attempt-errors.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -260,15 +261,6 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
 
 /** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
 const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
-
-/**
- * redirectError is the error of an attempt answered with the redirect `status`, the answer's
- * Location `named` or not. The Location is left to the response headers kept: a moved receiver's
- * new address carries its credentials as a target URL does, and the error is logged with every attempt.
- */
-export function redirectError(status: number, named: boolean): string {
-  return `redirect (${status}) not followed; point the subscription at the final URL${named ? ", which the answer's Location header names" : ""}`;
-}
 
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;

@@ -3,7 +3,7 @@ import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 import type { MadeByColumns } from "../shared/made-by.ts";
-import { redirectError } from "./delivery.ts";
+import { redirectError } from "./attempt-errors.ts";
 import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {

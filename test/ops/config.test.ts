@@ -342,6 +342,19 @@ describe("configuration: invalid input names the setting", () => {
     ]);
   });
 
+  test("a number past a double (1e400 in crm.toml, which TOML reads as inf; 400 digits from a flag) is refused with a bounded setting's range, as 1e21 is", () => {
+    const refused = (line: string) => configError(() => loadConfig(["--config", configFile(`${line}\n`)], {})).replace(/ in \S+:/, ":");
+    expect(["delivery_retention_days = 1e400", "disable_failing_after_hours = 1e400", "database_pool = 1e400", "retry_schedule = [5, 1e400]", "slow_list_lane = 1e400"].map(refused)).toEqual([
+      'invalid delivery_retention_days: "inf" is not a whole number from 1 to 3650',
+      'invalid disable_failing_after_hours: "inf" is not a number from 0 to 87600',
+      'invalid database_pool: "inf" is not a whole number from 1 to 100',
+      'invalid retry_schedule: "5,inf" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid slow_list_lane: "inf" is not a whole number (0 or more)',
+    ]);
+    const huge = `1${"0".repeat(400)}`;
+    expect(configError(() => loadConfig(["--disable-failing-after-hours", huge], {}))).toBe(`invalid --disable-failing-after-hours: "${huge}" is not a number from 0 to 87600`);
+  });
+
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
