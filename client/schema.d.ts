@@ -947,7 +947,7 @@ export interface components {
             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
             id: string;
             name: string;
-            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
             domain: string | null;
             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
             version: number;
@@ -970,7 +970,7 @@ export interface components {
             name: string;
             /**
              * Format: idn-hostname
-             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             domain?: string | null;
             id?: never;
@@ -3993,7 +3993,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-hostname
-                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     domain?: string | null;
                     id?: never;
@@ -6836,7 +6836,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -6945,7 +6945,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -7076,7 +7076,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;
@@ -7130,7 +7130,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;

@@ -1,6 +1,6 @@
 import { createHmac } from "node:crypto";
 import { connect, type Socket } from "node:net";
-import { withoutNul } from "../shared/text.ts";
+import { cutTo, withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
 import { errorCode } from "../shared/thrown.ts";
@@ -27,13 +27,6 @@ const HEADER_VALUE_KEPT_CHARACTERS = 160;
  * target's to choose: its host name, its addresses, a TLS library's message.
  */
 const ERROR_KEPT_CHARACTERS = 1000;
-
-/** cutTo returns `value` if it has at most `limit` characters, else its start ending in "…", `limit` characters in all, no surrogate pair split. */
-function cutTo(value: string, limit: number): string {
-  if (value.length <= limit) return value;
-  const end = /[\uD800-\uDBFF]/.test(value[limit - 2]!) ? limit - 2 : limit - 1;
-  return `${value.slice(0, end)}…`;
-}
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
 /** SECRET_PREFIX starts every signing secret (Standard Webhooks). */

@@ -199,7 +199,7 @@ describe("README example against a real server", () => {
         const { response } = await crm.POST("/public/v1/contacts", { body: { email: value } });
         if ((response.status === 201) !== email(value)) disagreements.push(`email ${value}: ${response.status}, Ajv ${email(value)}`);
       }
-      for (const value of ["engines.example", "M\u00fcller.de", "localhost", "a..b", ".", "-a.com", "engines.example.", "a_b.example", "m\u00fcller.de/x", `${"l".repeat(240)}.example`, `${"\u00fc".repeat(60)}.de`]) {
+      for (const value of ["engines.example", "M\u00fcller.de", "localhost", "a..b", ".", "..", "-", "-a.com", "a-.com", "engines.example.", "engines.example..", "a_b.example", "m\u00fcller.de/x", "-m\u00fcller.de", "192.0.2.1", "1.example", "xn--zz.example", "xn--mller-kva.de", `${"l".repeat(63)}.example`, `${"l".repeat(64)}.example`, `${"l".repeat(240)}.example`, `${"\u00fc".repeat(60)}.de`, [63, 63, 63, 61].map((n) => "l".repeat(n)).join("."), [63, 63, 63, 62].map((n) => "l".repeat(n)).join(".")]) {
         const { response } = await crm.POST("/public/v1/accounts", { body: { name: "Probe", domain: value } });
         if ((response.status === 201) !== domain(value)) disagreements.push(`domain ${value}: ${response.status}, Ajv ${domain(value)}`);
       }

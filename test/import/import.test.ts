@@ -53,7 +53,11 @@ describe("crm import contacts: happy paths", () => {
     const errorsOf = (row: number) => invalid.find((r) => Number(r[csv.header.length]) === row)![csv.header.length + 1];
     expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, or null");
     expect(errorsOf(997)).toBe("First Name: must be a string of at most 200 characters, or null");
-    expect(errorsOf(1499)).toBe("Website: must be a domain name like example.com, or null");
+    // A website naming no host is no website: the row is imported, its company found by name, and the rows are named.
+    const notDomains = csv.records.flatMap((record, i) => (record[6] === "https://bad domain!" ? [`row ${i + 1} "https://bad domain!"`] : []));
+    expect(notDomains.length).toBeGreaterThanOrEqual(2);
+    expect(res.stderr).toEndWith(`Website: ${notDomains.length} values are not a domain name, each read as no website (its company found by name): ${notDomains.join(", ")}\n`);
+    expect(await server.db.all("SELECT DISTINCT a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'person1499@example.com'")).toEqual([{ name: "Acme 19", domain: "acme19.example" }]);
 
     const sample = async (email: string) => (await server.db.all("SELECT first_name, last_name, phone, external_id, properties FROM contacts WHERE email = ?", [email]));
     expect(await sample("person1@example.com")).toEqual([{ first_name: "José", last_name: "Müller Jr", phone: "+44 20 7946 0001", external_id: null, properties: "{}" }]);
@@ -189,6 +193,38 @@ describe("crm import contacts: rows neither lost nor merged", () => {
       { email: "na4@example.com", name: "Delta", domain: null },
       { email: "na5@example.com", name: "Epsilon", domain: "epsilon.example" },
     ]);
+  }, 60_000);
+
+  test("a website that is no host name (dots, a space, one label) is no domain, said on stderr by row; its company keeps its own account; a trailing dot or a port is dropped", async () => {
+    const csv = "Email,Company,Website\nanna@alpha.example,Alpha GmbH,...\nbert@beta.example,Beta AG,...\ncora@gamma.example,Gamma,.\ndora@delta.example,Delta,a..b\nemil@epsilon.example,Epsilon,https://bad domain!\nfred@zeta.example,Zeta,kein\ngina@eta.example,Eta,https://eta.example.:8443/x\nhans@eta.example,Eta,eta.example\n";
+    const note = 'Website: 6 values are not a domain name, each read as no website (its company found by name): row 1 "...", row 2 "...", row 3 ".", row 4 "a..b", row 5 "https://bad domain!", row 6 "kein"\n';
+    const file = join(server.dir, "dots.csv");
+    writeFileSync(file, csv);
+    const dry = await runImport([file, "--dry-run"]);
+    expect([dry.code, dry.stdout]).toEqual([0, "dry run, nothing sent: 8 rows: valid 8, invalid 0\n"]);
+    expect(dry.stderr).toEndWith(note);
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 8 rows: created 8, updated 0, unchanged 0, invalid 0\n"]);
+    expect(res.stderr).toEndWith(note);
+    expect(await contactAccounts()).toEqual([
+      { email: "anna@alpha.example", name: "Alpha GmbH", domain: null },
+      { email: "bert@beta.example", name: "Beta AG", domain: null },
+      { email: "cora@gamma.example", name: "Gamma", domain: null },
+      { email: "dora@delta.example", name: "Delta", domain: null },
+      { email: "emil@epsilon.example", name: "Epsilon", domain: null },
+      { email: "fred@zeta.example", name: "Zeta", domain: null },
+      { email: "gina@eta.example", name: "Eta", domain: "eta.example" },
+      { email: "hans@eta.example", name: "Eta", domain: "eta.example" },
+    ]);
+    expect(await server.count("accounts")).toBe(7);
+  }, 60_000);
+
+  test("more than ten websites that are no host name: the first ten are named, and how many more", async () => {
+    const rows = Array.from({ length: 12 }, (_, i) => `p${i}@example.com,Co ${i},-.${i}`).join("\n");
+    const res = await importText("many.csv", `Email,Company,Web site\n${rows}\n`);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 12 rows: created 12, updated 0, unchanged 0, invalid 0\n"]);
+    const named = Array.from({ length: 10 }, (_, i) => `row ${i + 1} "-.${i}"`).join(", ");
+    expect(res.stderr).toEndWith(`Web site: 12 values are not a domain name, each read as no website (its company found by name): ${named}, and 2 more\n`);
   }, 60_000);
 
   test("a website or an email with an international domain (www.müller.de) is imported in its ASCII form, one account for either spelling; a non-ASCII local part is an invalid row saying why", async () => {
