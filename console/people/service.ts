@@ -120,13 +120,13 @@ async function linkOnceForForm<T>(
 
 /** inviteFromForm makes an invitation link once per form key: sent again, the form shows the same link (with another email, 409). */
 export async function inviteFromForm(rt: Runtime, session: ConsoleSession, email: string, formKey: string): Promise<{ email: string; code: string }> {
-  const { made, code } = await linkOnceForForm(rt, session, { path: "/console/operators", key: formKey, values: { email } }, (tx, code, now) => issueInvite(tx, email, session.operator.id, code, now));
+  const { made, code } = await linkOnceForForm(rt, session, { path: "/console/operators", key: formKey, values: { email } }, (tx, code, now) => issueInvite(tx, email, session.operator, code, now));
   return { email: made, code };
 }
 
 /** resetLinkFromForm makes a password-reset link once per form key: the confirmation sent again shows the same link. */
 export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ operator: Operator; code: string }> {
-  const { made, code } = await linkOnceForForm(rt, session, { path: `/console/operators/${id}/reset-password`, key: formKey }, (tx, code, now) => issueResetLink(tx, id, session.operator.id, code, now));
+  const { made, code } = await linkOnceForForm(rt, session, { path: `/console/operators/${id}/reset-password`, key: formKey }, (tx, code, now) => issueResetLink(tx, id, session.operator, code, now));
   return { operator: made, code };
 }
 

@@ -377,3 +377,26 @@ describe("what an operator makes while being removed", () => {
     expect(await tokenMakers(h)).toEqual([{ name: "test", created_by: null, created_by_email: null }]);
   });
 });
+
+describe("the links an operator makes while being removed", () => {
+  // Their removal withdraws the links they made; one stored after it would let someone in for 72 hours, listed as the command line's.
+  const forms = [
+    { link: "an invitation", form: () => ({ page: "/console/operators", post: "/console/operators", fields: { email: "their.friend@example.com" } }) },
+    { link: "a password-reset link for a colleague", form: (ops: { id: string }) => ({ page: `/console/operators/${ops.id}/reset-password`, post: `/console/operators/${ops.id}/reset-password`, fields: {} }) },
+  ];
+  for (const { link, form } of forms) {
+    test(`${link} they are making on the console when they are removed is not stored: they are sent to sign in, and nothing is pending`, async () => {
+      const { h, client, other, ops, colleague } = await setup();
+      const { page, post, fields } = form(ops);
+      const shown = await other.get(page);
+      const held = holdNextSessionRead(h.rt.db);
+      const making = other.post(post, { form_key: formKeyOf(shown.text), ...fields });
+      await held.reached;
+      await removeColleague(client, colleague.id);
+      held.release();
+      const made = await making;
+      expect([made.status, made.headers.get("location")]).toEqual([303, "/console/login"]);
+      expect(await h.rt.db.all("SELECT purpose, email FROM operator_links")).toEqual([]);
+    });
+  }
+});
