@@ -11,7 +11,8 @@ import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, 
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
-import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { madeByText } from "./shared/made-by.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
@@ -42,7 +43,7 @@ Commands:
   token create --name N [--json] [--rate R[:B],W[:B]]
                                      create an API token; it is printed once, on stdout;
                                      --rate: its own reads and writes per second (burst B)
-  token list                         list API tokens (never the token itself)
+  token list                         list API tokens and who made each (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
   user list                          list users: id, email, name, created
@@ -630,10 +631,12 @@ async function main(argv: string[]): Promise<number> {
       }
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
+        const names = await makerNames(db);
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          const madeBy = printable(madeByText(t.made_by, names));
+          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}  made by ${madeBy}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return EXIT.done;
       }

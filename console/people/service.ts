@@ -4,7 +4,7 @@ import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, 
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Operator } from "../../server/operators/model.ts";
-import { dropOperator, issueInvite, issueResetLink, operatorSummaries } from "../../server/operators/service.ts";
+import { dropOperator, issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
 import { madeByOperator } from "../../server/shared/made-by.ts";
@@ -16,7 +16,6 @@ import { disableSubscriptionsMadeBy, subscriptionsDisabled, toSubscription } fro
 import { listSubscriptionsMadeBy } from "../../server/webhooks/store.ts";
 import { createUserOnce, deleteUser, listUsersPage, type DeletedUser } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { MakerNames } from "../pages/made-by.tsx";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console, made by the signed-in operator, in a write that refuses it if they were removed since (MakerGone); the token is returned once. */
@@ -24,11 +23,6 @@ export function createTokenFromForm(db: Database, operator: Operator, name: stri
   const fault = checkTokenName(name);
   if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
   return db.write((tx) => createApiToken(tx, name.trim(), Date.now(), null, madeByOperator(operator)));
-}
-
-/** makerNames reads what names the makers of tokens and subscriptions (MadeByText): the operators there are now and every API token. */
-export async function makerNames(db: Db): Promise<MakerNames> {
-  return { operators: new Set((await operatorSummaries(db)).map((o) => o.id)), tokens: new Map((await listTokens(db)).map((t) => [t.id, { name: t.name, prefix: t.prefix }])) };
 }
 
 /** revokeTokenFromConsole revokes an API token and forgets its rate limits, or throws 404 when there is no token with that id. */

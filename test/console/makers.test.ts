@@ -32,9 +32,9 @@ async function setup(config: Partial<Config> = { allowPrivateTargets: true }, op
   return { h, client, other, ops, colleague };
 }
 
-/** tokenCommand runs `crm token ...` on the harness's database. */
-async function tokenCommand(h: Harness, args: string[]) {
-  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "token", ...args, ...databaseArgs(h.rt.config)]);
+/** crm runs a `crm` command on the harness's database. */
+async function crm(h: Harness, args: string[]) {
+  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), ...args, ...databaseArgs(h.rt.config)]);
   await afterBlockingCommand();
   return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
 }
@@ -70,7 +70,7 @@ describe("who made a token or a subscription", () => {
   test("is recorded for each way of making one: the console's operator (with their email), the command line, the API token a subscription was created with; unknown for one made without", async () => {
     const { h, client, ops } = await setup();
     const consoleToken = await tokenOnConsole(client, "made on the console");
-    expect((await tokenCommand(h, ["create", "--name", "made on the command line"])).code).toBe(0);
+    expect((await crm(h, ["token", "create", "--name", "made on the command line"])).code).toBe(0);
     await subscriptionOnConsole(h, client, "console-form");
     const old = await subscriptionOverApi(h, h.token, "over-the-api");
     await subscriptionOverApi(h, consoleToken, "with-the-console-token");
@@ -107,7 +107,7 @@ describe("the console shows who made each", () => {
   test("token and subscription, on the tokens page, the Subscriptions page and a subscription's page: the operator (removed once they are), the command line, the API token by name and start, unknown for one made before", async () => {
     const { h, client, other, colleague } = await setup();
     const colleagueToken = await tokenOnConsole(other, "colleague's");
-    expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+    expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
     const mine = await subscriptionOnConsole(h, client, "mine");
     const theirs = await subscriptionOnConsole(h, other, "theirs");
     const overApi = await subscriptionOverApi(h, colleagueToken, "over-the-api");
@@ -142,7 +142,7 @@ const listed = (html: string, id: string) =>
 /** madeByColleague has the colleague make a token and a subscription on the console and a subscription with that token, beside a token of the command line and subscriptions of others. */
 async function madeByColleague(h: Harness, client: ConsoleClient, other: ConsoleClient) {
   const token = await tokenOnConsole(other, "colleague's");
-  expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+  expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
   const theirs = await subscriptionOnConsole(h, other, "theirs");
   const withTheirToken = await subscriptionOverApi(h, token, "with-their-token");
   const mine = await subscriptionOnConsole(h, client, "mine");
@@ -399,4 +399,29 @@ describe("the links an operator makes while being removed", () => {
       expect(await h.rt.db.all("SELECT purpose, email FROM operator_links")).toEqual([]);
     });
   }
+});
+
+/** madeByListed reads `crm token list`'s "made by" of each token, by its id. */
+function madeByListed(out: string): Record<string, string> {
+  return Object.fromEntries(out.trim().split("\n").map((line) => [line.split("  ")[0]!, /  made by (.*?)(?:  rate |  revoked |$)/.exec(line)![1]!]));
+}
+
+describe("on the command line", () => {
+  test("`token list` says who made each token as the console's Made by does: the operator by email, (removed) once they are, command line, unknown", async () => {
+    const { h, client, other, colleague } = await setup();
+    await tokenOnConsole(client, "mine");
+    await tokenOnConsole(other, "colleague's");
+    expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
+    await removeColleague(client, colleague.id);
+    const listed = await crm(h, ["token", "list"]);
+    expect([listed.code, listed.err]).toEqual([0, ""]);
+    const id = (name: string) => tokenIdOf(h, name);
+    expect(madeByListed(listed.out)).toEqual({
+      [await id("test")]: "unknown",
+      [await id("mine")]: OPERATOR.email,
+      [await id("colleague's")]: `${COLLEAGUE.email} (removed)`,
+      [await id("from a shell")]: "command line",
+    });
+    expect(madeByListed(listed.out)).toEqual(madeByCells((await client.get("/console/tokens")).text, "data-token-id"));
+  });
 });
