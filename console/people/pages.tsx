@@ -5,7 +5,7 @@ import type { ListMeta } from "../../server/http/list-query.ts";
 import type { Operator, OperatorSummary, PendingLink } from "../../server/operators/model.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { OperatorMade } from "./service.ts";
+import type { OperatorMade } from "../../server/operators/removal.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import { MadeByText } from "../pages/made-by.tsx";

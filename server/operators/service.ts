@@ -153,11 +153,11 @@ export async function findOperator(db: Db, id: string): Promise<Operator | null>
 }
 
 /** operatorByEmail returns the operator with an email, or throws 404 (the CLI names operators by email). */
-async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
+export async function operatorByEmail(db: Db, email: string): Promise<Operator> {
   const normalised = normalEmail(email);
   const row = await findOperatorByEmail(db, normalised);
   if (!row) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
-  return row;
+  return { id: row.id, email: row.email };
 }
 
 /**
@@ -177,11 +177,6 @@ export async function dropOperator(tx: Db, id: string): Promise<Operator> {
   await deleteOperatorLinksOf(tx, row.email);
   await deleteOperatorLinksMadeBy(tx, row.id);
   return { id: row.id, email: row.email };
-}
-
-/** removeOperatorByEmail is removeOperator for the `operator remove --email E` command. */
-export async function removeOperatorByEmail(db: Database, email: string): Promise<Operator> {
-  return removeOperator(db, (await operatorByEmail(db, email)).id);
 }
 
 /** resetOperatorPassword sets an operator's password (the `operator reset-password` command), ends every session of theirs and withdraws their pending reset links. */

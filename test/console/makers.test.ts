@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { databaseArgs } from "../support/backend.ts";
+import { databaseArgs, sqliteOnly } from "../support/backend.ts";
+import { findToken } from "../../server/auth/service.ts";
+import { lockDataDirectory } from "../../server/db/database.ts";
 import type { Config } from "../../server/config.ts";
 import type { Database } from "../../server/db/sql.ts";
 import { afterBlockingCommand, createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
@@ -154,6 +156,27 @@ const tokenStates = async (h: Harness) => (await h.rt.db.all<{ name: string; rev
 const subscriptionStates = (h: Harness) => h.rt.db.all("SELECT description, status, disabled_reason FROM webhook_subscriptions ORDER BY created_at, id");
 const contactsWith = async (h: Harness, token: string) => (await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${token}` } })).status;
 
+/** expectTheirsStopped checks a removal with both boxes ticked: the colleague's token revoked (401), their two subscriptions disabled, each subscription.disabled made by request `requestId`; the others' left alone. */
+async function expectTheirsStopped(h: Harness, made: Awaited<ReturnType<typeof madeByColleague>>, requestId: string | null) {
+  expect(await contactsWith(h, made.token)).toBe(401);
+  expect(await tokenStates(h)).toEqual([
+    { name: "test", revoked: false },
+    { name: "colleague's", revoked: true },
+    { name: "from a shell", revoked: false },
+  ]);
+  expect(await subscriptionStates(h)).toEqual([
+    { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
+    { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
+    { description: "mine", status: "active", disabled_reason: null },
+    { description: "over-the-api", status: "active", disabled_reason: null },
+  ]);
+  const events = await h.rt.db.all<{ payload: string; request_id: string | null }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
+  expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
+    [made.theirs, requestId],
+    [made.withTheirToken, requestId],
+  ]);
+}
+
 describe("removing an operator", () => {
   test("the confirmation lists the tokens and subscriptions they made; ticked, the removal revokes those tokens (the next request with one is 401) and disables their active subscriptions, with subscription.disabled made by its request", async () => {
     const { h, client, other, colleague } = await setup();
@@ -170,23 +193,7 @@ describe("removing an operator", () => {
     expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
     const notice = textOf(/<div class="notice[^"]*"[^>]*>([\s\S]*?)<\/div>/.exec((await client.get(removed.headers.get("location")!)).text)![1]!);
     expect(notice).toBe("Operator removed. Their sessions have ended, and the links they made no longer work. 1 API token they made is revoked (requests with it get 401); 2 subscriptions they made are disabled.");
-    expect(await contactsWith(h, made.token)).toBe(401);
-    expect(await tokenStates(h)).toEqual([
-      { name: "test", revoked: false },
-      { name: "colleague's", revoked: true },
-      { name: "from a shell", revoked: false },
-    ]);
-    expect(await subscriptionStates(h)).toEqual([
-      { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
-      { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
-      { description: "mine", status: "active", disabled_reason: null },
-      { description: "over-the-api", status: "active", disabled_reason: null },
-    ]);
-    const events = await h.rt.db.all<{ payload: string; request_id: string }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
-    expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
-      [made.theirs, removed.headers.get("x-request-id")],
-      [made.withTheirToken, removed.headers.get("x-request-id")],
-    ]);
+    await expectTheirsStopped(h, made, removed.headers.get("x-request-id"));
     // Sent again (a double click), the confirmation answers as the first did.
     const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
@@ -423,5 +430,88 @@ describe("on the command line", () => {
       [await id("from a shell")]: "command line",
     });
     expect(madeByListed(listed.out)).toEqual(madeByCells((await client.get("/console/tokens")).text, "data-token-id"));
+  });
+
+  // Without the switches what they made stays, listed as the console's confirmation lists it; with both, it is what the console's ticked boxes do, in the removal's write, subscription.disabled made by no request.
+  const removals = [
+    {
+      switches: [],
+      said: ["1 API token they made stays active (revoke it with crm token revoke ID):", "2 subscriptions they made, or created with one of their API tokens, stay as they are (pause, disable or delete them on the console's Subscriptions page or with the API):"],
+      status: "active",
+    },
+    {
+      switches: ["--revoke-tokens", "--disable-subscriptions"],
+      said: [
+        "revoked 1 API token they made (requests with it get 401):",
+        "disabled 2 subscriptions they made, or created with one of their API tokens (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back):",
+      ],
+      status: "disabled",
+    },
+  ];
+  for (const { switches, said, status } of removals) {
+    test(`\`operator remove ${switches.join(" ") || "(no switch)"}\` removes them and says, for each token and subscription they made, what it did or that it stays`, async () => {
+      const { h, client, other, colleague } = await setup();
+      const made = await madeByColleague(h, client, other);
+      const removed = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, ...switches]);
+      const token = (await findToken(h.rt.db, await tokenIdOf(h, "colleague's")))!;
+      expect(removed).toEqual({
+        code: 0,
+        out: [
+          `removed operator ${colleague.id} (${COLLEAGUE.email}); their sessions have ended, and the links they made no longer work`,
+          said[0],
+          `  ${token.id}  ${token.prefix}…  colleague's  created ${token.created_at}  last used ${token.last_used_at}`,
+          said[1],
+          `  ${made.theirs}  ${status}  http://127.0.0.1:9/theirs  theirs`,
+          `  ${made.withTheirToken}  ${status}  http://127.0.0.1:9/with-their-token  with-their-token  created with their API token colleague's (${token.prefix}…)`,
+          "",
+        ].join("\n"),
+        err: "",
+      });
+      expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toBeNull();
+      if (switches.length > 0) return expectTheirsStopped(h, made, null);
+      expect(await contactsWith(h, made.token)).toBe(200);
+      expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+    });
+  }
+
+  test("`operator remove` with one switch does that one and lists what stays; an operator who made nothing is said to have made nothing", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const removed = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--disable-subscriptions"]);
+    const token = (await findToken(h.rt.db, await tokenIdOf(h, "colleague's")))!;
+    expect(removed.out.split("\n").filter((line) => !line.startsWith("  "))).toEqual([
+      `removed operator ${colleague.id} (${COLLEAGUE.email}); their sessions have ended, and the links they made no longer work`,
+      "1 API token they made stays active (revoke it with crm token revoke ID):",
+      "disabled 2 subscriptions they made, or created with one of their API tokens (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back):",
+      "",
+    ]);
+    expect([removed.code, removed.err, await contactsWith(h, made.token), token.revoked_at]).toEqual([0, "", 200, null]);
+    const idle = await addOperator(h.rt.db, { email: "idle@example.com", password: "an idle operator's password" });
+    expect(await crm(h, ["operator", "remove", "--email", "IDLE@example.com", "--revoke-tokens", "--disable-subscriptions"])).toEqual({
+      code: 0,
+      out: [
+        `removed operator ${idle.id} (idle@example.com); their sessions have ended, and the links they made no longer work`,
+        "they made no API token still active",
+        "they made no subscription, themselves or with one of their API tokens",
+        "",
+      ].join("\n"),
+      err: "",
+    });
+  });
+
+  sqliteOnly("`operator remove --disable-subscriptions` is refused while a serve holds the data directory, which would send the subscription.disabled events only at its next change; nothing is changed", async () => {
+    const { h, client, other, colleague } = await setup();
+    await madeByColleague(h, client, other);
+    const unlock = lockDataDirectory(h.rt.config.dataDir)!;
+    try {
+      const refused = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--disable-subscriptions"]);
+      expect([refused.code, refused.out]).toEqual([2, ""]);
+      expect(refused.err).toEndWith(": remove them on the console with \"Also disable their active subscriptions\" ticked, which sends subscription.disabled at once, or stop it first\n");
+      expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toEqual({ email: COLLEAGUE.email });
+      // Revoking alone queues nothing: it works beside the serve, as `crm token revoke` does.
+      expect((await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--revoke-tokens"])).code).toBe(0);
+    } finally {
+      unlock();
+    }
   });
 });
