@@ -11,12 +11,14 @@ import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, 
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
-import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
+import { madeByText } from "./shared/made-by.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
-import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
+import { createOperator, operatorSummaries, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
+import { removeOperatorByEmail, type OperatorMade, type Removal } from "./operators/removal.ts";
 import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
 import { OutputFailed, printOut } from "./shared/output.ts";
@@ -42,7 +44,7 @@ Commands:
   token create --name N [--json] [--rate R[:B],W[:B]]
                                      create an API token; it is printed once, on stdout;
                                      --rate: its own reads and writes per second (burst B)
-  token list                         list API tokens (never the token itself)
+  token list                         list API tokens and who made each (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
   user list                          list users: id, email, name, created
@@ -55,8 +57,12 @@ Commands:
                                      add a console operator; the password is the first line of
                                      stdin (at a terminal: asked for, not shown)
   operator list                      list console operators: id, email, created, last seen
-  operator remove --email E          remove an operator, end their sessions and withdraw the
-                                     one-time links they made (not the last one)
+  operator remove --email E [--revoke-tokens] [--disable-subscriptions]
+                                     remove an operator, end their sessions and withdraw the
+                                     one-time links they made (not the last one); as the
+                                     console's boxes, also revoke the API tokens they made and
+                                     disable the subscriptions they made (on SQLite, not while
+                                     serve runs); lists what they made that stays
   operator reset-password --email E --password-stdin
                                      set an operator's password (read from stdin), end their
                                      sessions and withdraw their pending reset link
@@ -98,7 +104,7 @@ Exit status:
 /** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
 const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 
-const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
+const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
 const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
@@ -493,6 +499,76 @@ async function userDeleteCommand(args: string[]): Promise<number> {
 }
 
 /**
+ * operatorRemoveCommand runs `operator remove --email E [--revoke-tokens] [--disable-subscriptions]`:
+ * the console's removal with its two boxes (removeOperatorByEmail), then says what it revoked and
+ * disabled and what the operator made that stays. A disable records subscription.disabled events
+ * a running serve must send: on SQLite a serve is woken only by its own commits, so the command
+ * with --disable-subscriptions is refused while one holds the data directory (as `user delete`
+ * is); on PostgreSQL the instances are woken.
+ */
+async function operatorRemoveCommand(args: string[]): Promise<number> {
+  const email = takeOption(args, "--email");
+  const choices = { revokeTokens: takeFlag(args, "--revoke-tokens"), disableSubscriptions: takeFlag(args, "--disable-subscriptions") };
+  if (!email) throw new ConfigError("operator remove needs --email E");
+  const config = loadCommandConfig(args);
+  const remove = async () => {
+    const db = await openConfiguredDatabase(config, { locked: !config.databaseUrl && choices.disableSubscriptions });
+    try {
+      const removed = await removeOperatorByEmail(db, email, choices, BATCH_ROWS);
+      // A lost wake-up only leaves the subscription.disabled deliveries to the instances' next poll.
+      if (removed.removal.subscriptions_disabled.length > 0) await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
+      return removed;
+    } finally {
+      await db.close();
+    }
+  };
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  const why = 'remove them on the console with "Also disable their active subscriptions" ticked, which sends subscription.disabled at once, or stop it first';
+  const { removal, made, unsent } = config.databaseUrl || !choices.disableSubscriptions ? await remove() : await whileHoldingDataDirectory(config, why, remove);
+  printOut(removalText(removal, made));
+  // Done all the same: the removal stands, and the service fails what is left (each subscription is disabled).
+  if (unsent !== null) {
+    process.stderr.write(
+      `crm: warning: the removal is done, but failing the disabled subscriptions' pending deliveries was refused (${refusalLine(unsent)}); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n`,
+    );
+  }
+  return EXIT.done;
+}
+
+/**
+ * removalText says what `operator remove` did and what the operator made that stays, listed as
+ * the console's confirmation lists it: their active API tokens (id, start, name, created, last
+ * used) and the subscriptions they made or created with one of those (id, status, target URL,
+ * description, the token). Names and descriptions come as given: escaped (printable).
+ */
+function removalText(removal: Removal, made: OperatorMade): string {
+  const revoked = new Set(removal.tokens_revoked);
+  const disabled = new Set(removal.subscriptions_disabled.map((s) => s.id));
+  const tokenLine = (t: ApiTokenInfo) => `  ${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}\n`;
+  const subscriptionLine = ({ subscription: s, via }: OperatorMade["subscriptions"][number]) =>
+    `  ${s.id}  ${disabled.has(s.id) ? "disabled" : s.status}  ${s.target_url}${s.description === null ? "" : `  ${printable(s.description)}`}${via ? `  created with their API token ${printable(via.name)} (${via.prefix}…)` : ""}\n`;
+  /** listed is a heading with its lines, or nothing without lines: `heading(n, it)` says n of them, "it" or "them". */
+  const listed = <T,>(items: T[], line: (item: T) => string, heading: (n: number, it: string, one: boolean) => string) =>
+    items.length === 0 ? "" : `${heading(items.length, items.length === 1 ? "it" : "them", items.length === 1)}:\n${items.map(line).join("")}`;
+  const madeWith = "they made, or created with one of their API tokens";
+  const tokens =
+    made.tokens.length === 0
+      ? "they made no API token still active\n"
+      : listed(made.tokens.filter((t) => revoked.has(t.id)), tokenLine, (n, it) => `revoked ${plural(n, "API token", "API tokens")} they made (requests with ${it} get 401)`) +
+        listed(made.tokens.filter((t) => !revoked.has(t.id)), tokenLine, (n, it, one) => `${plural(n, "API token", "API tokens")} they made ${one ? "stays" : "stay"} active (revoke ${it} with crm token revoke ID)`);
+  const subscriptions =
+    made.subscriptions.length === 0
+      ? "they made no subscription, themselves or with one of their API tokens\n"
+      : listed(made.subscriptions.filter(({ subscription }) => disabled.has(subscription.id)), subscriptionLine, (n) =>
+          `disabled ${plural(n, "subscription", "subscriptions")} ${madeWith} (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back)`,
+        ) +
+        listed(made.subscriptions.filter(({ subscription }) => !disabled.has(subscription.id)), subscriptionLine, (n, it, one) =>
+          `${plural(n, "subscription", "subscriptions")} ${madeWith}, ${one ? "stays as it is" : "stay as they are"} (pause, disable or delete ${it} on the console's Subscriptions page or with the API)`,
+        );
+  return `removed operator ${removal.operator.id} (${removal.operator.email}); their sessions have ended, and the links they made no longer work\n${tokens}${subscriptions}`;
+}
+
+/**
  * eraseCommand runs `contact erase ID` and `account erase ID`: the API's erasure of a deleted
  * record's earlier events (eraseDeletedRecord). It queues nothing for the delivery loop, so unlike
  * `user delete` it works beside a running serve on SQLite too.
@@ -662,10 +738,12 @@ async function main(argv: string[]): Promise<number> {
       }
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
+        const names = await makerNames(db);
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          const madeBy = printable(madeByText(t.made_by, names));
+          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}  made by ${madeBy}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return EXIT.done;
       }
@@ -714,16 +792,12 @@ async function main(argv: string[]): Promise<number> {
         }
         return EXIT.done;
       }
-      if (sub === "unlock" || sub === "remove") {
+      if (sub === "remove") return operatorRemoveCommand(args);
+      if (sub === "unlock") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError(`operator ${sub} needs --email E`);
         const config = loadCommandConfig(args);
         const db = await openConfiguredDatabase(config);
-        if (sub === "remove") {
-          const removed = await removeOperatorByEmail(db, email);
-          printOut(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
-          return EXIT.done;
-        }
         const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
         printOut(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return EXIT.done;

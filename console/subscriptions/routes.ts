@@ -6,7 +6,7 @@ import { enableSubscription, getSubscription, getSubscriptionStats, pauseSubscri
 import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
-import { makerNames } from "../people/service.ts";
+import { makerNames } from "../../server/auth/service.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {

@@ -337,10 +337,10 @@ export interface DisabledWithMaker {
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
  * active subscription operator `operatorId` made or that was created with an API token they made, each with
- * its subscription.disabled event made by request `requestId`; call subscriptionsDisabled with
+ * its subscription.disabled event made by request `requestId` (null: `crm operator remove`, a command); call subscriptionsDisabled with
  * what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string | null, now: number): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
   for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
@@ -353,10 +353,10 @@ export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, req
   return disabled;
 }
 
-/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, rt.batchRows per write; a refused write is left to the delivery loop's sweep. */
-export async function subscriptionsDisabled(rt: Runtime, disabled: readonly DisabledWithMaker[]): Promise<void> {
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void): Promise<void> {
   for (const { id, pending } of disabled) {
-    if (pending > 0) await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
+    if (pending > 0) await failStoppedDeliveries(db, id, chunk).catch(refused);
   }
 }
 
