@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include.
          */
         get: operations["listContacts"];
         put?: never;

@@ -19,6 +19,8 @@ import {
   MAX_RELATED_IDS,
   MAX_TAGS,
   MAX_TAG_LENGTH,
+  MAX_INCLUDE_PAGE_BYTES,
+  byteSize,
 } from "../limits/limits.ts";
 
 /** CONTACT_SORTS are the fields a contact list can be sorted by. */
@@ -165,7 +167,7 @@ export type Contact = typeof Contact.static;
 
 /** IncludeParam documents the `include` parameter of contact reads. */
 export const IncludeParam = t.Optional(
-  t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." }),
+  t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: `Relations to embed, each in full in every contact that links it: accounts, assigned_user, assigned_users. A page of the list with include is at most ${byteSize(MAX_INCLUDE_PAGE_BYTES)} as JSON: a page by cursor ends before per_page where the next contact would pass that, its next_cursor going on from there; a page by number that would pass it is 422 naming per_page and how many of its contacts fit. One contact with every relation at every limit takes about 7 MB.` }),
 );
 
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {

@@ -44,6 +44,13 @@ export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
 export const MAX_CONSENT_BYTES = 4 * 1024;
 /** MAX_EXTRA_PROPERTIES_BYTES bounds the further (undeclared) properties of a record together, as JSON bytes. */
 export const MAX_EXTRA_PROPERTIES_BYTES = 64 * 1024;
+/**
+ * MAX_INCLUDE_PAGE_BYTES bounds a page of contacts with `include` as JSON. Each contact embeds its
+ * accounts in full, so a page grew with contacts times accounts: 100 contacts linked to the same
+ * 100 accounts of 64 KiB made 657 MB. One contact with every relation at every limit takes about
+ * 7 MB (100 accounts of 64 KiB and a 200-character name, 100 users, its own 160 KB), so it fits.
+ */
+export const MAX_INCLUDE_PAGE_BYTES = 8 * 1024 * 1024;
 /** MAX_SUBSCRIPTION_DESCRIPTION_LENGTH bounds a webhook subscription's description, in characters. */
 export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
 /** MAX_TARGET_URL_LENGTH bounds a webhook subscription's target_url, in characters. */
@@ -132,6 +139,11 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`custom_fields`: total size as JSON", value: byteSize(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
   { limit: "`consent`: total size as JSON", value: byteSize(MAX_CONSENT_BYTES), answer: "422" },
   { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: byteSize(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
+  {
+    limit: "a page of contacts with `include` (`GET /contacts`), as JSON",
+    value: byteSize(MAX_INCLUDE_PAGE_BYTES),
+    answer: "a page by `cursor` ends before `per_page`, its `next_cursor` going on from there; a page by number is 422 naming `per_page` and how many of its contacts fit",
+  },
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
