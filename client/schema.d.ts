@@ -970,7 +970,7 @@ export interface components {
             name: string;
             /**
              * Format: idn-hostname
-             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and at most 253 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             domain?: string | null;
             id?: never;
@@ -1050,7 +1050,7 @@ export interface components {
             last_name?: string | null;
             /**
              * Format: idn-email
-             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             email?: string | null;
             /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
@@ -3992,7 +3992,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-hostname
-                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and at most 253 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     domain?: string | null;
                     id?: never;
@@ -4232,7 +4232,7 @@ export interface operations {
                     name: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email: string;
                 };
@@ -4690,7 +4690,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email?: string;
                 };

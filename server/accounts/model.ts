@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { documentRefused } from "../http/openapi-docs.ts";
-import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import { DOMAIN_FORMAT } from "../shared/domains.ts";
 
 /** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
@@ -15,8 +15,8 @@ export const AccountInput = t.Object(
     name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }),
     domain: t.Optional(
       t.Union(
-        [t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, format: DOMAIN_FORMAT, description: "Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de)." }), t.Null()],
-        { error: "must be a domain name like example.com, or null" },
+        [t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, format: DOMAIN_FORMAT, description: `Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and at most ${MAX_DOMAIN_LENGTH} characters in that form.` }), t.Null()],
+        { error: `must be a domain name like example.com of at most ${MAX_DOMAIN_LENGTH} characters, ${IN_ASCII_FORM}, or null` },
       ),
     ),
   },

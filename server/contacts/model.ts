@@ -20,6 +20,7 @@ import {
   MAX_TAGS,
   MAX_TAG_LENGTH,
   MAX_INCLUDE_PAGE_BYTES,
+  IN_ASCII_FORM,
   byteSize,
 } from "../limits/limits.ts";
 
@@ -91,8 +92,8 @@ const contactFields = {
   first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
   last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
   email: nullable(
-    t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION }),
-    emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
+    t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: `${EMAIL_DESCRIPTION} At most ${MAX_EMAIL_LENGTH} characters in that form.` }),
+    emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}, or null`),
   ),
   phone: nullable(t.String({ maxLength: MAX_PHONE_LENGTH }), `must be a string of at most ${MAX_PHONE_LENGTH} characters, or null`),
   external_id: nullable(

@@ -18,7 +18,7 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
@@ -545,7 +545,7 @@ export async function getContact(db: Database, id: string, query: Record<string,
 
 /** emailFilter reads the `email` parameter, refusing an address the service never stores for its non-ASCII text (it could find nothing): the store compares its ASCII form. */
 function emailFilter(value: string | undefined): string | undefined {
-  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`)({ value }) }]);
+  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`)({ value }) }]);
   return value;
 }
 

@@ -5,6 +5,11 @@
 export const MAX_NAME_LENGTH = 200;
 /** MAX_EMAIL_LENGTH is the longest email address (RFC 5321 path limit), in characters. */
 export const MAX_EMAIL_LENGTH = 254;
+/**
+ * IN_ASCII_FORM says how an email's and a domain's length is counted: on the form stored, whose
+ * domain a Unicode one (IDNA) makes longer, so an address shorter than the limit as sent can pass it.
+ */
+export const IN_ASCII_FORM = "counted in ASCII form (müller.de as xn--mller-kva.de)";
 /** MAX_PHONE_LENGTH bounds a phone number, in characters. */
 export const MAX_PHONE_LENGTH = 50;
 /** MAX_EXTERNAL_ID_LENGTH bounds a contact's external_id (its id in the source system), in characters. */
@@ -125,11 +130,11 @@ export const byteSize = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 10
 /** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
 export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`first_name`, `last_name` (contact), `name` (account, user)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
-  { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters`, answer: "422" },
+  { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`, answer: "422" },
   { limit: "`phone`", value: `${MAX_PHONE_LENGTH} characters`, answer: "422" },
   { limit: "`external_id` (contact)", value: `1 to ${MAX_EXTERNAL_ID_LENGTH} characters`, answer: "422" },
   { limit: "items in one batch upsert (`/contacts/batch`, `/accounts/batch`)", value: `1 to ${MAX_BATCH_ITEMS}`, answer: "422" },
-  { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters`, answer: "422" },
+  { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters, ${IN_ASCII_FORM}`, answer: "422" },
   { limit: "`tags`: number of tags", value: `${MAX_TAGS}`, answer: "422" },
   { limit: "`tags`: length of one tag", value: `1 to ${MAX_TAG_LENGTH} characters`, answer: "422" },
   { limit: "`account_ids`, `assigned_user_ids`", value: `${MAX_RELATED_IDS} ids`, answer: "422" },

@@ -173,11 +173,11 @@ describe("a refused form names each field and the API's reason beside it, and th
     answers.signIn = await refusalOf(await sendForm("input[name=password]"));
 
     await signInWithBrowser(page, server.url);
-    const email = (name: string) => ({ role: "textbox", name, description: "must be an email address of at most 254 characters" });
+    const email = (name: string) => ({ role: "textbox", name, description: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)" });
     expect(answers).toEqual({
       token: { status: 422, text: null, links: [["name must be 1 to 100 characters.", "#field-name"]], focused: true, fields: [{ role: "textbox", name: "Name who or what uses it", description: "must be 1 to 100 characters" }] },
-      user: { status: 422, text: null, links: [["email must be an email address of at most 254 characters.", "#field-email"]], focused: true, fields: [email("Email")] },
-      operator: { status: 422, text: null, links: [["email must be an email address of at most 254 characters.", "#field-email"]], focused: true, fields: [email("Email")] },
+      user: { status: 422, text: null, links: [["email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de).", "#field-email"]], focused: true, fields: [email("Email")] },
+      operator: { status: 422, text: null, links: [["email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de).", "#field-email"]], focused: true, fields: [email("Email")] },
       // An unknown filter is no field of the form: the problem's detail says it, before the field that is.
       filters: {
         status: 422,
