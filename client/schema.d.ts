@@ -1226,7 +1226,7 @@ export interface components {
              * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it). null while the payload is kept.
              */
             payload_erased_at: string | null;
-            /** @description Every attempt, oldest first. */
+            /** @description The newest 50 attempts (every one, up to 50), oldest first: manual retries and recoveries add attempts without end. attempts minus the attempts shown (the first shown's attempt minus 1) are left out. */
             attempt_history: components["schemas"]["Attempt"][];
         };
         BatchResult: {

@@ -81,6 +81,11 @@ export const MAX_SECRET_GRACE_HOURS = 168;
  * a port scan from the service's address and its recorded error tens of kilobytes.
  */
 export const MAX_ADDRESSES_PER_ATTEMPT = 4;
+/**
+ * MAX_ATTEMPTS_SHOWN is how many of a delivery's attempts its detail shows, the newest: manual
+ * retries and recoveries add attempts without end, each up to about 6 KB of the detail.
+ */
+export const MAX_ATTEMPTS_SHOWN = 50;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
 /** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
@@ -157,6 +162,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
   { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
   { limit: "addresses of a webhook target's name one attempt connects to", value: `${MAX_ADDRESSES_PER_ATTEMPT}`, answer: "the rest are not tried; the attempt's `error` counts them" },
+  { limit: "attempts a delivery's detail shows (`attempt_history`)", value: `the newest ${MAX_ATTEMPTS_SHOWN}`, answer: "the earlier ones are left out: `attempts` minus the attempts shown" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
   { limit: "request body", value: byteSize(MAX_BODY_BYTES), answer: "413" },
   { limit: "one CSV record or JSON Lines line of a file `crm import` reads", value: `${MAX_IMPORT_RECORD_LENGTH} characters`, answer: "the import stops before sending anything, naming the line" },
