@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include.
          */
         get: operations["listContacts"];
         put?: never;
@@ -1050,7 +1050,7 @@ export interface components {
             last_name?: string | null;
             /**
              * Format: idn-email
-             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             email?: string | null;
             /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
@@ -1227,7 +1227,7 @@ export interface components {
              * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.
              */
             payload_erased_at: string | null;
-            /** @description Every attempt, oldest first. */
+            /** @description The newest 50 attempts (every one, up to 50), oldest first: manual retries and recoveries add attempts without end. attempts minus the attempts shown (the first shown's attempt minus 1) are left out. */
             attempt_history: components["schemas"]["Attempt"][];
         };
         BatchResult: {
@@ -4233,7 +4233,7 @@ export interface operations {
                     name: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email: string;
                 };
@@ -4691,7 +4691,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email?: string;
                 };

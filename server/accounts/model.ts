@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { documentRefused } from "../http/openapi-docs.ts";
-import { MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_DOMAIN_LENGTH, MAX_EXTRA_PROPERTIES_BYTES, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import { DOMAIN_FORMAT } from "../shared/domains.ts";
 
 /** READ_ONLY_ACCOUNT_FIELDS are set by the service; no create, batch item or PATCH may carry them. */
@@ -16,7 +16,7 @@ export const AccountInput = t.Object(
     domain: t.Optional(
       t.Union(
         [t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, format: DOMAIN_FORMAT, description: "A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example)." }), t.Null()],
-        { error: "must be a domain name like example.com, or null" },
+        { error: `must be a domain name like example.com of at most ${MAX_DOMAIN_LENGTH} characters, ${IN_ASCII_FORM}, or null` },
       ),
     ),
   },

@@ -5,6 +5,7 @@ import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
   DEFAULT_SECRET_GRACE_HOURS,
+  MAX_ATTEMPTS_SHOWN,
   MAX_EVENTS_PER_SUBSCRIPTION,
   MAX_MAX_RATE,
   MAX_RECOVERY_DAYS,
@@ -157,7 +158,10 @@ export const DeliveryDetail = t.Composite([
       description:
         "When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.",
     }),
-    attempt_history: t.Array(Attempt, { description: "Every attempt, oldest first." }),
+    attempt_history: t.Array(Attempt, {
+      maxItems: MAX_ATTEMPTS_SHOWN,
+      description: `The newest ${MAX_ATTEMPTS_SHOWN} attempts (every one, up to ${MAX_ATTEMPTS_SHOWN}), oldest first: manual retries and recoveries add attempts without end. attempts minus the attempts shown (the first shown's attempt minus 1) are left out.`,
+    }),
   }),
 ]);
 export type DeliveryDetail = typeof DeliveryDetail.static;

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
@@ -683,7 +683,7 @@ function shownPayload(event: { payload: string; erased_at: number | null } | nul
   return { payload: JSON.parse(event?.payload ?? "null") as unknown, payload_erased_at: null };
 }
 
-/** findDelivery returns a delivery with the body it sends and every attempt, or null. */
+/** findDelivery returns a delivery with the body it sends and its newest attempts (MAX_ATTEMPTS_SHOWN), oldest first, or null. */
 export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
   const row = await findDeliveryById(db, id);
   if (!row) return null;
@@ -692,7 +692,7 @@ export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail |
   return {
     ...toDelivery(row),
     ...shownPayload(event),
-    attempt_history: (await findAttemptsByDelivery(db, id)).map((attempt) => toAttempt(attempt, erased)),
+    attempt_history: (await findAttemptsByDelivery(db, id, MAX_ATTEMPTS_SHOWN)).reverse().map((attempt) => toAttempt(attempt, erased)),
   };
 }
 

@@ -561,11 +561,11 @@ export async function isEventErased(db: Db, eventId: string): Promise<boolean> {
 }
 
 /**
- * findAttemptsByDelivery returns every attempt of a delivery, oldest first. The request headers
+ * findAttemptsByDelivery returns the newest `limit` attempts of a delivery, newest first. The request headers
  * are the shared set plus what each attempt alone sent: webhook-id (the delivery id),
  * webhook-timestamp (the Unix second the attempt started) and its signature.
  */
-export function findAttemptsByDelivery(db: Db, deliveryId: string): Promise<AttemptRow[]> {
+export function findAttemptsByDelivery(db: Db, deliveryId: string, limit: number): Promise<AttemptRow[]> {
   // sqlite-only: json_set adds the attempt's own headers to the shared set. PostgreSQL appends them
   // to the set's text (written by JSON.stringify, never holding these three), keeping its order.
   const requestHeaders =
@@ -581,8 +581,8 @@ export function findAttemptsByDelivery(db: Db, deliveryId: string): Promise<Atte
        FROM webhook_delivery_attempts a
        JOIN webhook_header_sets rq ON rq.id = a.request_header_set
        JOIN webhook_header_sets rs ON rs.id = a.response_header_set
-       WHERE a.delivery_id = ? ORDER BY a.attempt`,
-    [deliveryId],
+       WHERE a.delivery_id = ? ORDER BY a.attempt DESC LIMIT ?`,
+    [deliveryId, limit],
   );
 }
 

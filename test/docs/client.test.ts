@@ -231,7 +231,7 @@ console.log(JSON.stringify({ data, error, status: response.status }));`;
         title: "Unprocessable Content",
         status: 422,
         detail: "The request has invalid fields.",
-        errors: [{ pointer: "/email", detail: "must be an email address of at most 254 characters, or null" }],
+        errors: [{ pointer: "/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null" }],
       },
       status: 422,
     });

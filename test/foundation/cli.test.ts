@@ -156,7 +156,7 @@ describe("command line: happy paths", () => {
   test("user create checks its fields as POST /public/v1/users does (the email as given, untrimmed) and prints the API's field errors", async () => {
     await crm(["migrate"]);
     const refused = (detail: string) => ({ stdout: "", stderr: `crm: ${detail}\n`, code: 2 });
-    const email = "email must be an email address of at most 254 characters";
+    const email = "email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)";
     expect(await crm(["user", "create", "--name", "Ann", "--email", " ann@example.com "])).toEqual(refused(`${email}.`));
     expect(await crm(["user", "create", "--name", "", "--email", "ann@example"])).toEqual(refused(`name must be a string of 1 to 200 characters, not spaces alone (a user needs a name); ${email}.`));
     expect(await crm(["user", "create", "--name", "A".repeat(201), "--email", "ann@example.com"])).toEqual(refused("name must be a string of 1 to 200 characters, not spaces alone (a user needs a name)."));

@@ -221,7 +221,7 @@ describe("migrations: data", () => {
     insert.run(2, 1_700_000_005_999, request(1_700_000_005, "v1,two"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:25 GMT" }), "ok");
     expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
     expect(db.sqlite.query("SELECT count(*) AS n FROM webhook_header_sets").get()).toEqual({ n: 2 });
-    expect((await findAttemptsByDelivery(db, "dlv_1")).map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
+    expect((await findAttemptsByDelivery(db, "dlv_1", 2)).reverse().map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
       [JSON.parse(request(1_700_000_000, "v1,one")), { "content-type": "text/plain" }, 4096],
       [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);

@@ -51,7 +51,7 @@ describe("crm import contacts: happy paths", () => {
     expect(invalid.map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
     for (const record of invalid) expect(record.slice(0, csv.header.length)).toEqual(csv.records[Number(record[csv.header.length]) - 1]!);
     const errorsOf = (row: number) => invalid.find((r) => Number(r[csv.header.length]) === row)![csv.header.length + 1];
-    expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, or null");
+    expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null");
     expect(errorsOf(997)).toBe("First Name: must be a string of at most 200 characters, or null");
     // A website naming no host is no website: the row is imported, its company found by name, and the rows are named.
     const notDomains = csv.records.flatMap((record, i) => (record[6] === "https://bad domain!" ? [`row ${i + 1} "https://bad domain!"`] : []));
@@ -240,7 +240,7 @@ describe("crm import contacts: rows neither lost nor merged", () => {
       { email: "jorg@example.com", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
     ]);
     expect(parseCsv(readFileSync(join(server.dir, "intl.invalid.csv"), "utf8")).slice(1)).toEqual([
-      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
+      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
     ]);
   }, 60_000);
 
@@ -339,7 +339,7 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect(res.code).toBe(1);
     expect(parseCsv(readFileSync(join(server.dir, "blank-names.invalid.csv"), "utf8"))).toEqual([
       ["Email", "First Name", "", "Notes", "", "import_row", "import_errors"],
-      ["bad-email", "B", "x2", "n", "y2", "1", "Email: must be an email address of at most 254 characters, or null"],
+      ["bad-email", "B", "x2", "n", "y2", "1", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"],
     ]);
   }, 60_000);
 
@@ -392,7 +392,7 @@ describe("crm import contacts: rows refused locally", () => {
       { email: "ok@example.com", name: "GoodCo" },
     ]);
     expect(parseCsv(readFileSync(join(server.dir, "local.invalid.csv"), "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
-      ["1", "Email: must be an email address of at most 254 characters, or null"],
+      ["1", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"],
       ["2", "row: needs at least one of email, first_name, last_name, phone"],
     ]);
   }, 60_000);
@@ -718,7 +718,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);
     expect(statSync(target).mode & 0o777).toBe(0o600);
     const rows = readFileSync(target, "utf8");
-    expect(rows).toBe('Email,First Name,import_row,import_errors\nnot-an-email,Bob,2,"Email: must be an email address of at most 254 characters, or null"\n');
+    expect(rows).toBe('Email,First Name,import_row,import_errors\nnot-an-email,Bob,2,"Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"\n');
     writeFileSync(target, `${rows}an older run's rows\n`);
     chmodSync(target, 0o640);
     expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);
