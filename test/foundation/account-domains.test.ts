@@ -12,7 +12,7 @@ beforeEach(async () => {
 });
 afterEach(async () => await h.close());
 
-const REFUSED = validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]);
+const REFUSED = validation([{ pointer: "/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]);
 const label = (length: number, letter = "l") => letter.repeat(length);
 /** NOT_HOST_NAMES are domains the format refuses: empty labels, hyphens at a label's end, a label over 63 characters, a name over 253, one label alone, an all-numeric top label, invalid punycode. */
 const NOT_HOST_NAMES = [".", "..", "...", "-", "a..b", ".acme.example", "acme.example..", "-a.com", "a-.com", "a.-b.com", `${label(64)}.com`, [label(63), label(63), label(63), label(62)].join("."), "acme", "localhost", "192.0.2.1", "xn--zz.example", "-müller.de", "müller-.de", "acme_corp.example", "acme.example:80"];
@@ -67,8 +67,8 @@ describe("account domains: host names", () => {
     });
     expect(res.body).toEqual({
       data: [
-        { status: "invalid", errors: [{ pointer: "/items/0/domain", detail: "must be a domain name like example.com, or null" }] },
-        { status: "invalid", errors: [{ pointer: "/items/1/domain", detail: "must be a domain name like example.com, or null" }] },
+        { status: "invalid", errors: [{ pointer: "/items/0/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }] },
+        { status: "invalid", errors: [{ pointer: "/items/1/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }] },
         { status: "updated", id: engines.id },
         { status: "updated", id: alpha.id },
       ],
