@@ -66,7 +66,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   await db.changeClock.seedAtStart(db);
   if (db.dialect === "postgres") db.logLocksTo(log);
   const metrics = new Metrics();
-  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows, stoppedSweepMs });
+  const deliveries = new DeliveryLoop({ db, config, log, network, secrets, sharedPollMs, batchRows, stoppedSweepMs, failedUnsent: metrics.observePendingDeliveriesFailed });
   deliveries.onOutcome((outcome) => recordDeliveryOutcome(metrics, log, outcome));
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.

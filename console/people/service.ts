@@ -138,7 +138,7 @@ export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSessio
   const revoked = body.tokens_revoked ?? [];
   const disabled = body.subscriptions_disabled ?? [];
   if (!replayed) {
-    await operatorRemoved(rt.db, { tokens_revoked: revoked, subscriptions_disabled: disabled }, rt.batchRows, (error) => rt.deliveries.unsentRefused(error));
+    await operatorRemoved(rt.db, { tokens_revoked: revoked, subscriptions_disabled: disabled }, rt.batchRows, (error) => rt.deliveries.unsentRefused(error), rt.metrics.observePendingDeliveriesFailed);
     for (const token of revoked) rt.rateLimits.forgetToken(token);
   }
   return { tokens: revoked.length, subscriptions: disabled.length };

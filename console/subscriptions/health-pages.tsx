@@ -115,12 +115,20 @@ function AttemptsRow({ label, window }: { label: string; window: WindowStats }) 
   );
 }
 
+/** waitingFor says what the deliveries due now that no attempt is under way for (the stats' deliveries_waiting) wait for, by the subscription's state. */
+function waitingFor(stats: SubscriptionStats, maxRate: number | null): string {
+  if (stats.status === "paused") return "waiting for the resume";
+  if (stats.status === "disabled") return "not sent while it is disabled";
+  return maxRate === null ? "waiting for a free slot" : `waiting for a free slot or its pace of ${maxRate} a second`;
+}
+
 /**
  * Attempts shows a subscription's attempts as the API's stats count them (every attempt, p50/p90/p99),
  * beside the charts, which count deliveries: a partner quoting the API and an operator reading
  * the console otherwise disagree, by as many times as each delivery was tried, with no unit to tell why.
+ * Above them, the deliveries due and waiting, which tell a receiver slow to get its backlog from one that fails.
  */
-function Attempts({ stats }: { stats: SubscriptionStats }) {
+function Attempts({ stats, maxRate }: { stats: SubscriptionStats; maxRate: number | null }) {
   return (
     <DataTable
       id="attempts"
@@ -131,6 +139,9 @@ function Attempts({ stats }: { stats: SubscriptionStats }) {
           <h2>Attempts</h2>
           <p class="hint" id="attempts-note">
             Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/{stats.subscription_id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.
+          </p>
+          <p id="deliveries-waiting">
+            Pending deliveries: {stats.deliveries_waiting} due, {waitingFor(stats, maxRate)}.
           </p>
         </div>
       }
@@ -191,7 +202,7 @@ export function subscriptionPage(props: {
             </a>
           </p>
         </section>
-        <Attempts stats={props.stats} />
+        <Attempts stats={props.stats} maxRate={s.max_rate} />
         <DataTable
           id="failures"
           columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}

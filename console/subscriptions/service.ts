@@ -21,14 +21,13 @@ import {
   openReplayedSecret,
   recoverDeliveries,
   recoveryWindow,
-  removeSubscription,
   replaceSecret,
   subscriptionDeliveryCounts,
   subscriptionRemoved,
   toSubscription,
   updateSubscription,
 } from "../../server/webhooks/service.ts";
-import { CONSOLE_SUBSCRIPTION_FORM_PATH, findSubscriptionById, listLostSecretSubscriptionIds, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
+import { CONSOLE_SUBSCRIPTION_FORM_PATH, deleteSubscription as deleteSubscriptionRow, findSubscriptionById, listLostSecretSubscriptionIds, setSecretRotationTest, shownStatus, type SubscriptionRow } from "../../server/webhooks/store.ts";
 import { findDeliveryWatch } from "../deliveries/service.ts";
 import type { Operator } from "../../server/operators/model.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
@@ -89,16 +88,12 @@ export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSe
  * again (a double click) answers as the first did, where the delete alone would be 404 by then.
  */
 export async function deleteSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<void> {
-  let failed = 0;
-  const { replayed } = await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx) => {
-    const removed = await removeSubscription(tx, id);
-    if (removed === null) throw notFound("webhook subscription", id);
-    failed = removed;
+  await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/delete`, key: formKey }, async (tx) => {
+    if (!(await deleteSubscriptionRow(tx, id))) throw notFound("webhook subscription", id);
     return { deleted: id };
   });
-  // A replay fails nothing: only the write that deleted counts what it failed. A sending whose key
-  // was taken over as stale (PostgreSQL) ran the delete, rolled it back, then got the taker's answer replayed.
-  await subscriptionRemoved(rt, id, replayed ? 0 : failed);
+  // A replay finds nothing left to fail, or fails and counts what the first sending's process left.
+  await subscriptionRemoved(rt, id);
 }
 
 /** SubscriptionChoice is a subscription and the rotation away from it that is still open, if any. */
@@ -281,12 +276,11 @@ export async function finishRotation(rt: Runtime, id: string, confirmed: boolean
   if (view.old.subscription && !confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the old subscription is to be deleted.");
   // One commit, so the rotation is never seen with its old subscription gone and itself not done.
   // An old subscription deleted meanwhile (another tab, the API) reaches the goal all the same.
-  const failed = await rt.db.write(async (tx) => {
-    const removed = await removeSubscription(tx, view.old.id);
+  await rt.db.write(async (tx) => {
+    await deleteSubscriptionRow(tx, view.old.id);
     await markRotationCompleted(tx, id, now);
-    return removed ?? 0;
   });
-  await subscriptionRemoved(rt, view.old.id, failed);
+  await subscriptionRemoved(rt, view.old.id);
 }
 
 /** SecretRotationView is a secret rotation's state, derived from the subscription: its grace period and latest test event since the rotation. */

@@ -49,12 +49,18 @@ export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoic
 /**
  * operatorRemoved finishes, once its write has committed, what a removal revoked and disabled:
  * this process forgets the revoked tokens (tokensRevoked), and the disabled subscriptions' pending
- * deliveries are failed `chunk` per write; a refused write of those goes to `refused`, and the
- * delivery loop's sweep fails what it left.
+ * deliveries are failed `chunk` per write (counted by `failedUnsent`); a refused write of those goes
+ * to `refused`, and the delivery loop's sweep fails what it left.
  */
-export async function operatorRemoved(db: Database, removal: Pick<Removal, "tokens_revoked" | "subscriptions_disabled">, chunk: number, refused: (error: unknown) => void): Promise<void> {
+export async function operatorRemoved(
+  db: Database,
+  removal: Pick<Removal, "tokens_revoked" | "subscriptions_disabled">,
+  chunk: number,
+  refused: (error: unknown) => void,
+  failedUnsent: (count: number) => void,
+): Promise<void> {
   tokensRevoked(db, removal.tokens_revoked);
-  await subscriptionsDisabled(db, removal.subscriptions_disabled, chunk, refused);
+  await subscriptionsDisabled(db, removal.subscriptions_disabled, chunk, refused, failedUnsent);
 }
 
 /**
@@ -70,6 +76,7 @@ export async function removeOperatorByEmail(db: Database, email: string, choices
     return { removal: await dropOperatorWith(tx, id, choices, null, Date.now()), made };
   });
   let unsent: unknown = null;
-  await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error));
+  // A command serves no /metrics: what it fails unsent is counted by no instance, as crm secrets-key reset's.
+  await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error), () => {});
   return { removal, made, unsent };
 }

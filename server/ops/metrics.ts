@@ -179,19 +179,20 @@ export class Metrics {
     const result: (typeof ATTEMPT_RESULTS)[number] = code === null || (outcome.error !== null && code < 300) ? "error" : code >= 200 && code < 300 ? "succeeded" : "failed";
     this.attempts.inc({ result });
     this.attemptDurations.observe({}, outcome.duration_ms / 1000);
-    this.observePendingDeliveriesFailed(outcome.pending_failed);
-    // A delivery is counted once, by the attempt that ends it while pending, whatever its trigger.
-    // An attempt on a delivery that had already finished (a manual retry) is not another delivery;
-    // nor is a late attempt: the claim that took its delivery over counts the delivery.
+    // A delivery is counted once, by the write that ends it while pending: here the attempt's,
+    // whatever its trigger (its subscription stopped meanwhile too), else the failing of a stopped
+    // subscription's pending deliveries (observePendingDeliveriesFailed). An attempt on a delivery
+    // that had already finished (a manual retry) is not another delivery; nor is a late attempt:
+    // the claim that took its delivery over counts the delivery.
     if (outcome.late || outcome.previous_status !== "pending" || outcome.status === "pending") return;
     this.deliveries.inc({ status: outcome.status });
     if (outcome.status === "succeeded") this.deliveryLatency.observe({}, outcome.event_age_ms / 1000);
   }
 
-  /** observePendingDeliveriesFailed counts pending deliveries that their subscription's delete or disable failed together. */
-  observePendingDeliveriesFailed(count: number): void {
+  /** observePendingDeliveriesFailed counts pending deliveries of a deleted or disabled subscription that a write failed unsent (bound: failStoppedDeliveries is given it). */
+  readonly observePendingDeliveriesFailed = (count: number): void => {
     if (count > 0) this.deliveries.inc({ status: "failed" }, count);
-  }
+  };
 
   /** render writes every series, then the gauges read at scrape time, in the Prometheus text format 0.0.4. */
   render(gauges: Gauge[]): string {

@@ -35,19 +35,29 @@ function unsentReason(subscription: SubscriptionRow | null): string {
 
 /**
  * failStoppedDeliveries fails the pending deliveries of a deleted or disabled subscription, at most
- * `chunk` per write, once the write that stopped it (and counted them) has committed: nothing
- * claims them meanwhile (claims take active subscriptions only), and the writes of others take
- * their turns between chunks. An active subscription (enabled again) has none to fail. It ends
- * early when `keepGoing` turns false (a stop); the delivery loop's sweep finishes what a stop or a
- * refused write leaves (failEveryStoppedDelivery).
+ * `chunk` per write, once the write that stopped it has committed: nothing claims them meanwhile
+ * (claims take active subscriptions only), and the writes of others take their turns between
+ * chunks. An active subscription (enabled again) has none to fail. Each write's deliveries are told
+ * to `failedUnsent` once it has committed. It ends early when `keepGoing` turns false (a stop); the
+ * delivery loop's sweep finishes what a stop or a refused write leaves (failEveryStoppedDelivery).
  */
-export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, keepGoing: () => boolean = () => true): Promise<void> {
+export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, failedUnsent: (count: number) => void, keepGoing: () => boolean = () => true): Promise<void> {
+  // Counted as each write commits, not as the stop found them pending: an attempt under way then
+  // may end its delivery first (failed, the subscription stopped, or succeeded), and counts it.
+  let uncommitted = 0;
+  const committed = () => {
+    failedUnsent(uncommitted);
+    uncommitted = 0;
+  };
   await writeInSteps(db, async (tx) => {
+    // A step after the first begins once the write before it has committed.
+    committed();
     const subscription = await findSubscriptionById(tx, subscriptionId);
     if (subscription?.status === "active") return true;
-    const failed = await failPendingDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
-    return failed < chunk || !keepGoing() ? true : null;
-  }, (committed) => `${committed * chunk} of the subscription's pending deliveries were failed (not sent)`);
+    uncommitted = await failPendingDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
+    return uncommitted < chunk || !keepGoing() ? true : null;
+  }, (steps) => `${steps * chunk} of the subscription's pending deliveries were failed (not sent)`);
+  committed();
 }
 
 /** StoppedLookFailed is a sweep whose look for stopped subscriptions with pending deliveries failed: it found nothing left unsent, and changed nothing. */
@@ -58,19 +68,19 @@ export class StoppedLookFailed extends Error {
 }
 
 /** failEveryStoppedDelivery finishes the stops whose pending deliveries a stopped process or a refused write left (failStoppedDeliveries); the delivery loop runs it at start and every STOPPED_SWEEP_MS. */
-export async function failEveryStoppedDelivery(db: Database, chunk: number, keepGoing: () => boolean): Promise<void> {
+export async function failEveryStoppedDelivery(db: Database, chunk: number, failedUnsent: (count: number) => void, keepGoing: () => boolean): Promise<void> {
   const stopped = await db.read(findStoppedSubscriptionsWithPending).catch((error: unknown) => {
     throw new StoppedLookFailed(error);
   });
   for (const id of stopped) {
     if (!keepGoing()) return;
-    await failStoppedDeliveries(db, id, chunk, keepGoing);
+    await failStoppedDeliveries(db, id, chunk, failedUnsent, keepGoing);
   }
 }
 
 /**
  * disableWithEvent disables an active subscription, counts its pending deliveries (failed by
- * failStoppedDeliveries once the write has committed) and records a subscription.disabled event
+ * failStoppedDeliveries once the write has committed, bar those an attempt under way ends first) and records a subscription.disabled event
  * for the subscriptions that want to hear of it, made by request `requestId` (null: the delivery
  * loop's own), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */

@@ -50,7 +50,6 @@ import {
   deleteSubscription as deleteSubscriptionRow,
   enableSubscription as enableSubscriptionRow,
   endSecretGrace,
-  countPendingDeliveriesOf,
   findAttemptsByDelivery,
   findDeliveryById,
   findSubscriptionById,
@@ -295,37 +294,25 @@ export async function getSubscriptionStats(db: Db, id: string): Promise<Subscrip
  * failing of the deliveries meets (subscriptionRemoved).
  */
 export async function deleteSubscription(rt: Runtime, id: string): Promise<void> {
-  const failed = await rt.db.write(async (tx) => {
-    const removed = await removeSubscription(tx, id);
-    if (removed === null) throw notFound("webhook subscription", id);
-    return removed;
+  await rt.db.write(async (tx) => {
+    if (!(await deleteSubscriptionRow(tx, id))) throw notFound("webhook subscription", id);
   });
-  await subscriptionRemoved(rt, id, failed);
+  await subscriptionRemoved(rt, id);
 }
 
 /**
- * subscriptionRemoved finishes a subscription's delete once its write has committed: it counts the
- * pending deliveries the delete fails, aborts the subscription's attempts under way, here and
- * (notified) on the other instances sharing the database, and fails those deliveries
- * rt.batchRows per write (failStoppedDeliveries): one write of 100,000 held SQLite's event loop
- * for 2 to 3 s, PostgreSQL's write lock for 40 s. Sent again (a replayed form) it finishes a delete
- * a stopped process left unfinished. A refused write of those is logged, not thrown: the delete
- * stands, a retry would find nothing to delete, and the delivery loop's sweep fails what is left.
+ * subscriptionRemoved finishes a subscription's delete (deleteSubscriptionRow, which no claim then
+ * takes its pending deliveries from) once its write has committed: it aborts the subscription's
+ * attempts under way, here and (notified) on the other instances sharing the database, and fails
+ * and counts its pending deliveries rt.batchRows per write (failStoppedDeliveries): one write of
+ * 100,000 held SQLite's event loop for 2 to 3 s, PostgreSQL's write lock for 40 s. Sent again (a
+ * replayed form) it finishes a delete a stopped process left unfinished. A refused write of those
+ * is logged, not thrown: the delete stands, a retry would find nothing to delete, and the delivery
+ * loop's sweep fails what is left.
  */
-export async function subscriptionRemoved(rt: Runtime, id: string, failed: number): Promise<void> {
-  rt.metrics.observePendingDeliveriesFailed(failed);
+export async function subscriptionRemoved(rt: Runtime, id: string): Promise<void> {
   rt.deliveries.subscriptionDeleted(id);
-  await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
-}
-
-/**
- * removeSubscription deletes a subscription inside the caller's write, which no claim then takes
- * its pending deliveries from, and counts them: it returns how many its delete fails (fail and
- * count them with subscriptionRemoved once the write commits), or null when there was none.
- */
-export async function removeSubscription(tx: Db, id: string): Promise<number | null> {
-  if (!(await deleteSubscriptionRow(tx, id))) return null;
-  return countPendingDeliveriesOf(tx, id);
+  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed).catch((error: unknown) => rt.deliveries.unsentRefused(error));
 }
 
 /** DisabledWithMaker is a subscription disabled with the removal of the operator who made it, and how many of its pending deliveries that fails. */
@@ -353,10 +340,10 @@ export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, req
   return disabled;
 }
 
-/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
-export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void): Promise<void> {
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write, telling `failedUnsent` how many each write failed; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void, failedUnsent: (count: number) => void): Promise<void> {
   for (const { id, pending } of disabled) {
-    if (pending > 0) await failStoppedDeliveries(db, id, chunk).catch(refused);
+    if (pending > 0) await failStoppedDeliveries(db, id, chunk, failedUnsent).catch(refused);
   }
 }
 
@@ -429,7 +416,9 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
  * leaves the rest to the delivery loop (failEveryStoppedDelivery), the reset staying done.
  */
 export async function failResetDeliveries(db: Database, subscriptions: ResetSubscription[], batchRows: number): Promise<void> {
-  for (const subscription of subscriptions) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows);
+  // A command's process serves no /metrics: what it fails is counted by no instance's.
+  const uncounted = () => undefined;
+  for (const subscription of subscriptions) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows, uncounted);
 }
 
 /**
@@ -441,7 +430,7 @@ export async function failResetDeliveries(db: Database, subscriptions: ResetSubs
 export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
   // A disable whose process stopped before it had failed every pending delivery is finished first:
   // enabled, the subscription would send them.
-  await failStoppedDeliveries(rt.db, id, rt.batchRows);
+  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed);
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);

@@ -200,11 +200,6 @@ export interface DeliveryOutcome {
   previous_status: DeliveryRow["status"];
   /** the delivery's status after the attempt */
   status: DeliveryRow["status"];
-  /**
-   * the subscription's pending deliveries that the disable this attempt brought about (410 Gone, a
-   * failing streak past the limit) failed unsent; this one among them when the disable ended its retry
-   */
-  pending_failed: number;
   /** recorded after its lease ran out and another claim took the delivery: the status is that claim's */
   late: boolean;
   response_status: number | null;
@@ -227,6 +222,8 @@ export interface LoopDependencies {
   batchRows: number;
   /** how often the loop fails what stopped subscriptions left pending (STOPPED_SWEEP_MS; tests shorten it) */
   stoppedSweepMs: number;
+  /** told how many pending deliveries of a stopped subscription each of the loop's writes failed unsent, once it has committed */
+  failedUnsent: (count: number) => void;
 }
 
 interface UnrecordedAttempt {
@@ -518,7 +515,7 @@ export class DeliveryLoop {
   private sweepStopped(): void {
     if (this.sweeping) return;
     this.sweeping = true;
-    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, keepGoing), () => (this.sweeping = false));
+    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, this.deps.failedUnsent, keepGoing), () => (this.sweeping = false));
   }
 
   /**
@@ -919,7 +916,7 @@ export class DeliveryLoop {
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
       if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
-      if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, keepGoing));
+      if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, this.deps.failedUnsent, keepGoing));
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
@@ -928,7 +925,6 @@ export class DeliveryLoop {
         trigger,
         previous_status: recorded.previousStatus,
         status: recorded.delivery.status,
-        pending_failed: recorded.pendingFailed,
         late: recorded.late,
         response_status: result.response_status,
         error: result.error,

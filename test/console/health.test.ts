@@ -164,6 +164,26 @@ describe("health at a glance", () => {
     expect(await page.textContent("#attempts-note")).toBe(
       `Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/${busy.id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.`,
     );
+    // Its pending deliveries are due tomorrow: none waits yet.
+    expect(stats.deliveries_waiting).toBe(0);
+    expect(await page.textContent("#deliveries-waiting")).toBe("Pending deliveries: 0 due, waiting for a free slot.");
+  }, SLOW);
+
+  test("a subscription's page shows the deliveries due and waiting as the API's stats count them, and what they wait for", async () => {
+    const create = async (body: object) => (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/waiting", events: ["contact.updated"], ...body })).data;
+    const paused = await create({ description: "Paused with a backlog" });
+    await server.api("POST", `/public/v1/webhook-subscriptions/${paused.id}/pause`);
+    const ids = await seedDeliveries(server.runtime.db, paused, [{ at: now - HOUR, status: "pending" }, { at: now - HOUR, status: "pending" }, { at: now - HOUR, status: "pending" }]);
+    // Two of the three are due now; the third's retry is due tomorrow, as seeded.
+    for (const id of ids.slice(0, 2)) await server.runtime.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [now - 1000, id]);
+    const paced = await create({ description: "Paced", max_rate: 5 });
+    const shown = async (id: string) => {
+      await page.goto(`${server.url}/console/subscriptions/${id}`);
+      return { api: (await server.api("GET", `/public/v1/webhook-subscriptions/${id}/stats`)).data.deliveries_waiting, page: await page.textContent("#deliveries-waiting") };
+    };
+    expect(await shown(paused.id)).toEqual({ api: 2, page: "Pending deliveries: 2 due, waiting for the resume." });
+    expect(await shown(paced.id)).toEqual({ api: 0, page: "Pending deliveries: 0 due, waiting for a free slot or its pace of 5 a second." });
+    expect(problems).toEqual([]);
   }, SLOW);
 
   test("failure reasons tied on count and time are listed latest delivery first, in one order on both backends", async () => {

@@ -2,10 +2,11 @@ import { describe, expect, test } from "bun:test";
 import { SQL } from "bun";
 import { WRITE_LOCK } from "../../server/db/postgres.ts";
 import { metricsText } from "../../server/ops/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { postgresOnly } from "../support/backend.ts";
-import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { refuseWhile, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // README, Health, readiness and metrics: crm_webhook_deliveries_total counts the deliveries that
 // reached succeeded or failed, each once, and crm_webhook_delivery_latency_seconds the time from
@@ -138,6 +139,45 @@ describe("delivery metrics: deliveries failed with their subscription", () => {
     const { attempts: _, ...deliveries } = await deliveryMetrics();
     expect(deliveries).toEqual({ succeeded: 0, failed: 2, latencies: 0, pending: 0 });
   });
+
+  // The disable counted the deliveries it found pending, the one with an attempt under way among
+  // them; that attempt, recorded before the write that fails them, ended its delivery and counted
+  // it again. Each delivery is counted by the write that ends it: the attempt's, or the failing of
+  // those left pending (refused here until the attempt is in, as a write refused would leave it).
+  for (const [answer, counted] of [
+    [500, { succeeded: 0, failed: 2 }],
+    [200, { succeeded: 1, failed: 1 }],
+  ] as const) {
+    test(`a disable while another delivery's attempt is under way counts that delivery once, by its attempt answered ${answer}`, async () => {
+      h = await scope.harness({ disableFailingAfterHours: 1, retrySchedule: [600] }, { stoppedSweepMs: 50, log: createLogger("error", () => undefined) });
+      const r = scope.receiver();
+      const graceAnswered = Promise.withResolvers<void>();
+      r.respond(async (request) => {
+        if (request.json.data.first_name !== "Grace") return new Response("down", { status: 500 });
+        await graceAnswered.promise;
+        return new Response("grace", { status: answer });
+      });
+      const sub = await h.subscribe(r.url, ["contact.created"]);
+      await createContact("Ada");
+      const [ada] = await waitFor(async () => {
+        const list = await h.deliveries("status=pending");
+        return list[0]?.attempts === 1 && list;
+      }, "Ada's delivery pending after its first attempt");
+      const allowUnsent = await refuseWhile(h.rt.db, "refuse_unsent", "UPDATE", "webhook_deliveries", "NEW.last_error LIKE 'not sent:%'");
+      await createContact("Grace");
+      await waitFor(() => r.received.some((request) => request.json.data.first_name === "Grace"), "Grace's attempt at the receiver");
+      // Failing for two hours already: Ada's next failed attempt disables the subscription.
+      await h.rt.db.run("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ?", [Date.now() - 2 * 3600_000, sub.id]);
+      expect((await h.json("POST", `/public/v1/webhook-deliveries/${ada.id}/retry`)).status).toBe(200);
+      expect((await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data.status).toBe("disabled");
+      graceAnswered.resolve();
+      await waitFor(async () => (await h.deliveries("status=pending")).length === 1, "Grace's attempt to end her delivery");
+      await allowUnsent();
+      await waitFor(async () => (await h.deliveries("status=pending")).length === 0, "the sweep to fail Ada's delivery");
+      const { attempts: _, ...deliveries } = await deliveryMetrics();
+      expect(deliveries).toEqual({ ...counted, latencies: counted.succeeded, pending: 0 });
+    });
+  }
 
   test("an attempt under way when its subscription is deleted, which the delete aborts, does not count its delivery a second time", async () => {
     h = await scope.harness({ retrySchedule: [600] });

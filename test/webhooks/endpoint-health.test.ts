@@ -9,7 +9,7 @@ import { parseExposition } from "../ops/prometheus.ts";
 import { markSubscriptionFailing } from "../../server/webhooks/store.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
-import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { refuseWhile, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -183,13 +183,7 @@ describe("auto-disable: errors", () => {
     // The statistics, written after the disable in the same write, are refused while the attempt
     // keeps the receiver's body, as an unforeseen fault would refuse them: the write rolls back,
     // and the attempt is recorded again without the receiver's response, in a write that commits.
-    const refused = "EXISTS (SELECT 1 FROM webhook_delivery_attempts WHERE response_body IS NOT NULL)";
-    if (h.rt.db.dialect === "sqlite") {
-      await h.rt.db.run(`CREATE TRIGGER refuse_stats BEFORE INSERT ON webhook_attempt_stats WHEN ${refused} BEGIN SELECT RAISE(ABORT, 'stats refused'); END`);
-    } else {
-      await h.rt.db.run(`CREATE FUNCTION refuse_stats() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF ${refused} THEN RAISE EXCEPTION 'stats refused'; END IF; RETURN NEW; END $$`);
-      await h.rt.db.run("CREATE TRIGGER refuse_stats BEFORE INSERT ON webhook_attempt_stats FOR EACH ROW EXECUTE FUNCTION refuse_stats()");
-    }
+    await refuseWhile(h.rt.db, "refuse_stats", "INSERT", "webhook_attempt_stats", "EXISTS (SELECT 1 FROM webhook_delivery_attempts WHERE response_body IS NOT NULL)");
     await createContact();
 
     const disabled = await eventually(async () => {

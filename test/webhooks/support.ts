@@ -109,6 +109,21 @@ export async function waitFor<T>(check: () => T | undefined | null | false | Pro
   }
 }
 
+/**
+ * refuseWhile makes the database refuse each row `write` (INSERT or UPDATE) of `table` for which
+ * `condition` (SQL, over NEW and the tables) holds, as an unforeseen fault would, with a trigger
+ * named `name` on either backend; it resolves with a function that ends the refusal.
+ */
+export async function refuseWhile(db: Db, name: string, write: "INSERT" | "UPDATE", table: string, condition: string): Promise<() => Promise<void>> {
+  if (db.dialect === "sqlite") {
+    await db.run(`CREATE TRIGGER ${name} BEFORE ${write} ON ${table} WHEN ${condition} BEGIN SELECT RAISE(ABORT, '${name}'); END`);
+    return async () => void (await db.run(`DROP TRIGGER ${name}`));
+  }
+  await db.run(`CREATE FUNCTION ${name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF ${condition} THEN RAISE EXCEPTION '${name}'; END IF; RETURN NEW; END $$`);
+  await db.run(`CREATE TRIGGER ${name} BEFORE ${write} ON ${table} FOR EACH ROW EXECUTE FUNCTION ${name}()`);
+  return async () => void (await db.run(`DROP TRIGGER ${name} ON ${table}`));
+}
+
 /** FAST_WEBHOOKS are settings that keep delivery tests quick: loopback targets, tiny retry delays. */
 export const FAST_WEBHOOKS: Partial<Config> = { allowPrivateTargets: true, retrySchedule: [0.02, 0.02], deliveryTimeoutMs: 2000 };
 
