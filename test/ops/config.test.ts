@@ -699,6 +699,23 @@ describe("configuration: documentation", () => {
     ]);
   });
 
+  test("--help and the README's configuration table give every setting the default the code has, and a bounded setting the range it accepts", () => {
+    const help = runCli([...SOURCE, "--help"]).stdout.split("\n");
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8").split("\n");
+    const stated = SETTINGS.map((s) => {
+      const line = help.find((l) => l.trimStart().startsWith(`${s.flag} `))!;
+      const cells = readme.find((l) => l.startsWith(`| \`${s.flag}\` |`))!.split(" | ");
+      const lowest = s.kind === "positive-int" ? 1 : 0;
+      return {
+        flag: s.flag,
+        // README writes a default in code type, a word of explanation after it in brackets; off for a flag that is false.
+        defaults: [/\(default: (.*)\)$/.exec(line)?.[1]?.startsWith(cells[3]!.replace(/`/g, "").replace(/ \(.*\)$/, "").replace(/^off$/, "false")), cells[3]],
+        range: s.max === undefined ? null : [line.includes(`${lowest}-${s.max}`), cells[4]!.includes(`${lowest} to ${s.max}`)],
+      };
+    });
+    expect(stated.filter((s) => s.defaults[0] !== true || (s.range !== null && s.range.includes(false)))).toEqual([]);
+  });
+
   test("the README's configuration table has a row for every setting", () => {
     const readme = readFileSync(join(ROOT, "README.md"), "utf8");
     const missing = SETTINGS.filter((s) => !readme.includes(`| \`${s.flag}\` | \`${s.env}\` | \`${fileKey(s)}\` |`)).map((s) => s.flag);
