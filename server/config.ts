@@ -611,6 +611,22 @@ export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): 
 }
 
 /**
+ * unknownEnvironmentText words the warning of CRM_ environment variables that name no setting
+ * (CRM_PORT, where the port's is PORT; a misspelt CRM_DATABSE_URL), or null: each is ignored, and
+ * the service ran on the file's value or the default with nothing said. Warned of rather than
+ * refused, as an unknown crm.toml key is: the environment is shared with other programs (the
+ * README's example receiver reads CRM_WEBHOOK_SECRET). Serve logs it, a command prints it.
+ */
+export function unknownEnvironmentText(env: Record<string, string | undefined>): string | null {
+  const known = new Set(["CRM_CONFIG", ...SETTINGS.map((s) => s.env)]);
+  const unknown = Object.keys(env).filter((name) => name.startsWith("CRM_") && !known.has(name)).sort();
+  if (unknown.length === 0) return null;
+  const named = unknown.length === 1 ? "names no setting and is ignored" : "name no setting and are ignored";
+  const port = unknown.includes("CRM_PORT") ? ` (the port's variable is ${settingOf("port").env})` : "";
+  return `${unknown.join(", ")} in the environment ${named}${port}; --help lists the settings' variables`;
+}
+
+/**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
  */

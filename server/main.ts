@@ -2,7 +2,7 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, urlWithoutPassword, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, unknownEnvironmentText, urlWithoutPassword, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -191,18 +191,21 @@ function commandSettings(args: string[]): Config {
  * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
  * at once: most commands never open the key (a migrated database has nothing to seal), and would
  * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
- * secrets key or database URL file other users may read (noteOpenFiles); `serving`: serve logs them instead.
+ * secrets key or database URL file other users may read (noteSettingsWarnings); `serving`: serve logs them instead.
  */
 function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
   const config = commandSettings(args);
   if (config.secretsKeyFile) loadSecretsKey(config);
-  if (!serving) noteOpenFiles(config);
+  if (!serving) noteSettingsWarnings(config);
   return config;
 }
 
-/** noteOpenFiles warns on stderr of a secrets key or database URL file other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo), as serve logs them; the command goes on. */
-function noteOpenFiles(config: Config): void {
-  for (const openTo of [secretsKeyOpenTo(config), databaseUrlFileOpenTo(config)]) if (openTo) process.stderr.write(`crm: ${openTo}\n`);
+/**
+ * noteSettingsWarnings warns on stderr of CRM_ variables that name no setting (unknownEnvironmentText) and of a
+ * secrets key or database URL file other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo), as serve logs them; the command goes on.
+ */
+function noteSettingsWarnings(config: Config): void {
+  for (const warning of [unknownEnvironmentText(process.env), secretsKeyOpenTo(config), databaseUrlFileOpenTo(config)]) if (warning) process.stderr.write(`crm: ${warning}\n`);
 }
 
 /**
@@ -420,7 +423,7 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
   const config = commandSettings(args);
-  noteOpenFiles(config);
+  noteSettingsWarnings(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
@@ -666,6 +669,8 @@ async function main(argv: string[]): Promise<number> {
       const config = loadCommandConfig(args, { serving: true });
       checkFetchLimit(process.env.BUN_CONFIG_MAX_HTTP_REQUESTS);
       const running = await startServer(config);
+      const unknownEnvironment = unknownEnvironmentText(process.env);
+      if (unknownEnvironment) running.runtime.log.warn(unknownEnvironment);
       flushLogs();
       let stopping = false;
       const shutdown = (signal: NodeJS.Signals) => {

@@ -486,6 +486,24 @@ describe("configuration: invalid input names the setting", () => {
     expect(existsSync(dataDir)).toBe(false);
   });
 
+  test("a CRM_ environment variable that names no setting (CRM_PORT, the port's being PORT; a misspelt one) is warned of, by every command and by serve, rather than ignored with nothing said", async () => {
+    const empty = tempDir("unknown-env");
+    const env = { PATH: process.env.PATH ?? "", CRM_PORT: "4000", CRM_DATABSE_URL: "postgres://crm@db.internal/crm", CRM_LOG_LEVEL: "warn" };
+    const warning = "CRM_DATABSE_URL, CRM_PORT in the environment name no setting and are ignored (the port's variable is PORT); --help lists the settings' variables";
+    const lines = runCli([...SOURCE, "token", "list", "--data-dir", empty], { env }).stderr.split("\n");
+    expect(lines[0]).toBe(`crm: ${warning}`);
+    expect(lines[1]).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+    const one = runCli([...SOURCE, "token", "list", "--data-dir", empty], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIRECTORY: "/var/lib/crm" } }).stderr;
+    expect(one.split("\n")[0]).toBe("crm: CRM_DATA_DIRECTORY in the environment names no setting and is ignored; --help lists the settings' variables");
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", tempDir("unknown-env-serve")], { env });
+    try {
+      expect(server.output()).toContain(warning);
+    } finally {
+      server.proc.kill();
+      await server.waitForExit(15_000);
+    }
+  }, 30_000);
+
   test("a port already in use is one line, not a stack trace, for an IPv6 --host in brackets too", () => {
     const busy = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("busy") });
     const busyV6 = Bun.serve({ hostname: "::1", port: 0, fetch: () => new Response("busy") });
@@ -679,6 +697,23 @@ describe("configuration: documentation", () => {
       { help: "default per-token rate of POST, PATCH and DELETE requests", readme: "default POST, PATCH and DELETE requests per second and API token" },
       { help: "default per-token burst of POST, PATCH and DELETE requests", readme: "default burst of POST, PATCH and DELETE requests per API token" },
     ]);
+  });
+
+  test("--help and the README's configuration table give every setting the default the code has, and a bounded setting the range it accepts", () => {
+    const help = runCli([...SOURCE, "--help"]).stdout.split("\n");
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8").split("\n");
+    const stated = SETTINGS.map((s) => {
+      const line = help.find((l) => l.trimStart().startsWith(`${s.flag} `))!;
+      const cells = readme.find((l) => l.startsWith(`| \`${s.flag}\` |`))!.split(" | ");
+      const lowest = s.kind === "positive-int" ? 1 : 0;
+      return {
+        flag: s.flag,
+        // README writes a default in code type, a word of explanation after it in brackets; off for a flag that is false.
+        defaults: [/\(default: (.*)\)$/.exec(line)?.[1]?.startsWith(cells[3]!.replace(/`/g, "").replace(/ \(.*\)$/, "").replace(/^off$/, "false")), cells[3]],
+        range: s.max === undefined ? null : [line.includes(`${lowest}-${s.max}`), cells[4]!.includes(`${lowest} to ${s.max}`)],
+      };
+    });
+    expect(stated.filter((s) => s.defaults[0] !== true || (s.range !== null && s.range.includes(false)))).toEqual([]);
   });
 
   test("the README's configuration table has a row for every setting", () => {
