@@ -332,7 +332,9 @@ export function redactedUrl(url: string): string {
 export function urlWithoutPassword(url: string): string {
   const parsed = new URL(url);
   parsed.password = "";
-  for (const name of ["password", "sslpassword"]) parsed.searchParams.delete(name);
+  // The other parameters as written: searchParams writes the query anew, a %20 as +, which libpq
+  // reads as a plus (options=-c%20statement_timeout%3D0 would fail to connect). Names as redactedUrl reads them.
+  parsed.search = parsed.search.slice(1).split("&").filter((pair) => !/^(ssl)?password(=|$)/i.test(pair)).join("&");
   return parsed.toString();
 }
 

@@ -552,8 +552,10 @@ function emailFilter(value: string | undefined): string | undefined {
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
-  const tags = [...new Set(value.normalize("NFC").split(","))];
-  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || tags.length > MAX_TAGS) {
+  const given = value.normalize("NFC").split(",");
+  // Items counted as given, repeats too: the document's pattern, which cannot tell a repeat, counts them so.
+  const tags = [...new Set(given)];
+  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || given.length > MAX_TAGS) {
     throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
   }
   return tags;

@@ -260,13 +260,15 @@ describe("command line on PostgreSQL: refusals", () => {
     const withPassword = new URL(database.url);
     withPassword.password = "s3cret";
     withPassword.searchParams.set("sslmode", "disable");
-    writeFileSync(join(etc, "database-url"), `${withPassword}\n`, { mode: 0o600 });
+    // libpq reads a query's %XX and nothing else: a space in options is %20 (a + is a plus), kept as written.
+    const options = "options=-c%20statement_timeout%3D0";
+    writeFileSync(join(etc, "database-url"), `${withPassword}&password=s3cret&${options}\n`, { mode: 0o600 });
     writeFileSync(join(etc, "crm.toml"), `database_url_file = "database-url"\nsecrets_key_file = ${JSON.stringify(keyFile)}\n`);
     const config = join(etc, "crm.toml");
     expect(runCli([...SOURCE, "backup", join(dir, "copy.sqlite"), "--config", config], { cwd: dir, env: { PATH: process.env.PATH ?? "" } })).toEqual({
       exitCode: 2,
       stdout: "",
-      stderr: refusal(`the file ${join(etc, "database-url")} that database_url_file in ${config} names`, `'${database.url}?sslmode=disable'`),
+      stderr: refusal(`the file ${join(etc, "database-url")} that database_url_file in ${config} names`, `'${database.url}?sslmode=disable&${options}'`),
     });
     rmSync(etc, { recursive: true });
   });
