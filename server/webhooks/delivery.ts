@@ -124,6 +124,12 @@ const HTTP_DATE = new RegExp(
   ].join("|"),
 );
 
+/**
+ * RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt of its
+ * delivery, and hold its subscription (1 hour).
+ */
+export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
+
 /** parseRetryAfter reads Retry-After (seconds or an HTTP-date) as a delay in milliseconds, or null for anything else. */
 export function parseRetryAfter(value: string | null, now: number): number | null {
   if (value === null) return null;
