@@ -48,7 +48,7 @@ import headerSetsByAttempt from "../../migrations/0044_header_sets_by_attempt.sq
 import contactNameSortKeys from "../../migrations/0045_contact_name_sort_keys.sql" with { type: "text" };
 import erasedEvents from "../../migrations/0046_erased_events.sql" with { type: "text" };
 import tokenAndSubscriptionMakers from "../../migrations/0047_token_and_subscription_makers.sql" with { type: "text" };
-import subscriptionHold from "../../migrations/0048_subscription_hold.sql" with { type: "text" };
+import subscriptionHold from "../../migrations/0049_subscription_hold.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -120,7 +120,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 45, name: "0045_contact_name_sort_keys.sql", sql: contactNameSortKeys, backfill: keyContactNames },
   { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
   { version: 47, name: "0047_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
-  { version: 48, name: "0048_subscription_hold.sql", sql: subscriptionHold },
+  { version: 49, name: "0049_subscription_hold.sql", sql: subscriptionHold },
 ];
 
 function ensureMigrationsTable(db: Database): void {

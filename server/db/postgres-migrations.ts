@@ -34,7 +34,7 @@ import headerSetsByAttempt from "../../migrations/postgres/0044_header_sets_by_a
 import contactNameSortKeys from "../../migrations/postgres/0045_contact_name_sort_keys.sql" with { type: "text" };
 import erasedEvents from "../../migrations/postgres/0046_erased_events.sql" with { type: "text" };
 import tokenAndSubscriptionMakers from "../../migrations/postgres/0047_token_and_subscription_makers.sql" with { type: "text" };
-import subscriptionHold from "../../migrations/postgres/0048_subscription_hold.sql" with { type: "text" };
+import subscriptionHold from "../../migrations/postgres/0049_subscription_hold.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -87,7 +87,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 45, name: "0045_contact_name_sort_keys.sql", sql: contactNameSortKeys, backfill: keyPostgresContactNames },
   { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
   { version: 47, name: "0047_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
-  { version: 48, name: "0048_subscription_hold.sql", sql: subscriptionHold },
+  { version: 49, name: "0049_subscription_hold.sql", sql: subscriptionHold },
 ];
 
 /**
