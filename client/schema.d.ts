@@ -1105,6 +1105,11 @@ export interface components {
              * @description When the first failed attempt after the last successful one was made; null while the last attempt succeeded.
              */
             failing_since: string | null;
+            /**
+             * Format: date-time
+             * @description Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.
+             */
+            held_until: string | null;
             /** @description Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere. */
             secret: string;
             /**
@@ -5441,7 +5446,7 @@ export interface operations {
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
                              */
                             failing_since: string | null;
-                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume. */
+                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume. */
                             deliveries_waiting: number;
                             last_24h: {
                                 /**

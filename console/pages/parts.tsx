@@ -55,6 +55,28 @@ export function FailingNote({ subscription, disableAfterHours }: { subscription:
   );
 }
 
+/**
+ * HeldNote says, of a subscription its receiver holds (held_until: a 429 or 503 with Retry-After),
+ * until when nothing but a test ping is sent to it: its badge still says Active.
+ */
+export function HeldNote({ subscription }: { subscription: { status: string; held_until: string | null } }) {
+  if (subscription.status !== "active" || subscription.held_until === null) return null;
+  return (
+    <p class="held-note">
+      Held by its receiver until <Time value={subscription.held_until} /> (it answered 429 or 503 with Retry-After): nothing is sent to it before then but a test ping, and its pending deliveries spend no attempt meanwhile.
+    </p>
+  );
+}
+
+/** WaitsForHold takes the place of a pending delivery's next retry, when sooner, while its receiver holds its subscription (HeldNote). */
+export function WaitsForHold({ until }: { until: string }) {
+  return (
+    <span class="waits">
+      waits for its receiver until <Time value={until} /> (Retry-After)
+    </span>
+  );
+}
+
 /** WaitsForResume takes the place of a pending delivery's next retry while its subscription is paused: it is sent on Resume, not at that time. */
 export function WaitsForResume({ since }: { since: string | null }) {
   return (

@@ -49,6 +49,7 @@ import contactNameSortKeys from "../../migrations/0045_contact_name_sort_keys.sq
 import erasedEvents from "../../migrations/0046_erased_events.sql" with { type: "text" };
 import tokenAndSubscriptionMakers from "../../migrations/0047_token_and_subscription_makers.sql" with { type: "text" };
 import accountDomainsWithoutTrailingDot from "../../migrations/0048_account_domains_without_trailing_dot.sql" with { type: "text" };
+import subscriptionHold from "../../migrations/0049_subscription_hold.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -121,6 +122,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
   { version: 47, name: "0047_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
   { version: 48, name: "0048_account_domains_without_trailing_dot.sql", sql: accountDomainsWithoutTrailingDot, backfill: (db, context) => dropDomainTrailingDots(db, context.warn) },
+  { version: 49, name: "0049_subscription_hold.sql", sql: subscriptionHold },
 ];
 
 function ensureMigrationsTable(db: Database): void {

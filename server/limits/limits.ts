@@ -88,6 +88,8 @@ export const MAX_ADDRESSES_PER_ATTEMPT = 4;
 export const MAX_ATTEMPTS_SHOWN = 50;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
+/** RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt of its delivery, and hold its subscription (1 hour). */
+export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 /** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
 export const MIN_OPERATOR_PASSWORD_LENGTH = 10;
 export const MAX_OPERATOR_PASSWORD_LENGTH = 512;

@@ -296,7 +296,7 @@ async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
     {
       name: "crm_webhook_deliveries_waiting",
-      help: "Webhook deliveries due and not started, of active subscriptions not paused: waiting for a delivery slot (or a max_rate's pace), over every instance.",
+      help: "Webhook deliveries due and not started, of active subscriptions neither paused nor held by their receiver's Retry-After: waiting for a delivery slot (or a max_rate's pace), over every instance.",
       value: queue.waiting,
     },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.deliveries, labels: { table: "deliveries" } },

@@ -93,6 +93,10 @@ export const Subscription = t.Object({
   paused_at: t.Union([timestamp, t.Null()], { description: "Since when the subscription is paused; null when it is not." }),
   max_rate: t.Union([t.Integer(), t.Null()], { description: "Requests per second this receiver gets at most; null: no cap." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the first failed attempt after the last successful one was made; null while the last attempt succeeded." }),
+  held_until: t.Union([timestamp, t.Null()], {
+    description:
+      "Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.",
+  }),
   secret: t.String({ description: "Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere." }),
   secret_rotated_at: t.Union([timestamp, t.Null()], { description: "When the secret was last rotated; null if never." }),
   previous_secret_expires_at: t.Union([timestamp, t.Null()], {
@@ -281,7 +285,7 @@ export const SubscriptionStats = t.Object({
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
   deliveries_waiting: t.Integer({
     description:
-      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume.",
+      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume.",
   }),
   last_24h: WindowStats,
   last_7d: WindowStats,

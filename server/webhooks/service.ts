@@ -85,6 +85,8 @@ export function toSubscription(row: SubscriptionRow): Subscription {
     paused_at: toOptionalTimestamp(row.paused_at),
     max_rate: row.max_rate,
     failing_since: toOptionalTimestamp(row.failing_since),
+    // A hold that has passed is left stored (the next one replaces it): it holds nothing.
+    held_until: row.held_until !== null && row.held_until > Date.now() ? toTimestamp(row.held_until) : null,
     secret: maskStoredSecret(row.secret),
     secret_rotated_at: toOptionalTimestamp(row.secret_rotated_at),
     previous_secret_expires_at: toOptionalTimestamp(row.previous_secret_expires_at),
@@ -207,6 +209,7 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     paused_at: null,
     max_rate: input.max_rate ?? null,
     failing_since: null,
+    held_until: null,
     created_at: now,
     updated_at: now,
     ...madeByColumns(madeBy),

@@ -4,6 +4,7 @@ import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 import type { MadeByColumns } from "../shared/made-by.ts";
 import { redirectError } from "./attempt-errors.ts";
+import { RETRY_AFTER_CAP_MS } from "../limits/limits.ts";
 import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {
@@ -38,6 +39,8 @@ export type SubscriptionRow = {
   max_rate: number | null;
   /** first failed attempt since the last successful one */
   failing_since: number | null;
+  /** until when its receiver's 429 or 503 with Retry-After holds every attempt but a test ping's (holdSubscription); null, or passed: not held */
+  held_until: number | null;
   created_at: number;
   updated_at: number;
 } & MadeByColumns;
@@ -172,8 +175,8 @@ export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export async function insertSubscription(db: Db, row: SubscriptionRow, eventTypes: readonly string[]): Promise<void> {
   await db.run(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, created_at, updated_at, created_by, created_by_email)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, held_until, created_at, updated_at, created_by, created_by_email)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       row.id,
       row.target_url,
@@ -191,6 +194,7 @@ export async function insertSubscription(db: Db, row: SubscriptionRow, eventType
       row.paused_at,
       row.max_rate,
       row.failing_since,
+      row.held_until,
       row.created_at,
       row.updated_at,
       row.created_by,
@@ -467,6 +471,24 @@ export async function markSubscriptionsHealthy(db: Db, ids: readonly string[]): 
   await db.run(`UPDATE webhook_subscriptions SET failing_since = NULL WHERE id IN (${placeholders(ids.length)}) AND failing_since IS NOT NULL`, ids);
 }
 
+/**
+ * holdSubscription holds every attempt of a subscription but a test ping's until `until`, as its
+ * receiver asked (a 429 or 503 with Retry-After); a longer hold already stored stays: attempts
+ * answered together each ask for their own wait, and the longest is what the receiver can take.
+ */
+export async function holdSubscription(db: Db, id: string, until: number): Promise<void> {
+  await db.run("UPDATE webhook_subscriptions SET held_until = ? WHERE id = ? AND (held_until IS NULL OR held_until < ?)", [until, id, until]);
+}
+
+/**
+ * heldClause is the condition, on webhook_subscriptions `s`, of a subscription its receiver holds
+ * (holdSubscription) at `now`, with its two parameters (heldParameters): a hold ends at held_until,
+ * and one further ahead than RETRY_AFTER_CAP_MS was set before the clock went back, and would hold
+ * the subscription for the length of the step.
+ */
+const heldClause = "(s.held_until IS NOT NULL AND s.held_until > ? AND s.held_until <= ?)";
+const heldParameters = (now: number) => [now, now + RETRY_AFTER_CAP_MS];
+
 /** countPendingDeliveriesOf counts a subscription's pending deliveries. */
 export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
   return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
@@ -645,25 +667,41 @@ const selectDue = (deliveries: string) =>
      s.secret_test_delivery_id, s.status AS subscription_status, s.paused_at AS subscription_paused_at, e.payload, e.request_id, e.erased_at AS event_erased_at
    FROM ${deliveries} LEFT JOIN webhook_subscriptions s ON s.id = d.subscription_id JOIN events e ON e.id = d.event_id`;
 
+/** ClaimSubscription is a subscription with due deliveries, with its rate cap and whether its receiver holds it (holdSubscription): then a test ping is due first, the one delivery a claim may take. */
+export interface ClaimSubscription {
+  id: string;
+  max_rate: number | null;
+  held: boolean;
+}
+
+/**
+ * pingDueFirst is the condition that a test ping of the subscription `s` is among its due deliveries
+ * not leased that are due first, `dueAt` (recordPing stores it due ahead of the others), with its
+ * parameter, the time a lease ends by: a held subscription is claimed for it alone.
+ */
+const pingDueFirst = (deliveries: string, dueAt: string) =>
+  `EXISTS (SELECT 1 FROM ${deliveries} WHERE p.subscription_id = s.id AND p.status = 'pending' AND p.next_attempt_at = ${dueAt} AND p.event_type = 'webhook.ping' AND (p.locked_until IS NULL OR p.locked_until <= ?))`;
+
 /**
  * findSubscriptionsWithDueDeliveries returns the active, unpaused subscriptions, other than those
  * skipped (already at their concurrency limit), that have a due delivery not leased, oldest due
- * first, with their rate caps.
+ * first, with their rate caps; one its receiver holds only while a test ping is due first.
  */
-export function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: string[]): Promise<{ id: string; max_rate: number | null }[]> {
+export async function findSubscriptionsWithDueDeliveries(db: Db, now: number, skip: string[]): Promise<ClaimSubscription[]> {
   const skipClause = skip.length ? `AND s.id NOT IN (${placeholders(skip.length)})` : "";
   // sqlite-only: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL plans it alone).
   // Instances sharing a PostgreSQL database claim through lockSubscriptionsWithDueDeliveries.
-  const deliveries = db.dialect === "postgres" ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
-  return db.all<{ id: string; max_rate: number | null }>(
+  const indexed = (alias: string) => (db.dialect === "postgres" ? `webhook_deliveries ${alias}` : `webhook_deliveries ${alias} INDEXED BY webhook_deliveries_due_by_subscription`);
+  const rows = await db.all<{ id: string; max_rate: number | null; held: boolean | number }>(
       `WITH due AS MATERIALIZED (
-         SELECT s.id, s.max_rate, (SELECT d.next_attempt_at FROM ${deliveries}
+         SELECT s.id, s.max_rate, ${heldClause} AS held, (SELECT d.next_attempt_at FROM ${indexed("d")}
                        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
                        ORDER BY d.next_attempt_at LIMIT 1) AS due_at
          FROM webhook_subscriptions s WHERE s.status = 'active' AND s.paused_at IS NULL ${skipClause})
-       SELECT id, max_rate FROM due WHERE due_at IS NOT NULL ORDER BY due_at, id`,
-    [now, now, ...skip],
+       SELECT id, max_rate, held FROM due s WHERE due_at IS NOT NULL AND (NOT held OR ${pingDueFirst(indexed("p"), "s.due_at")}) ORDER BY due_at, id`,
+    [...heldParameters(now), now, now, ...skip, now],
   );
+  return rows.map((row) => ({ ...row, held: Boolean(row.held) }));
 }
 
 /**
@@ -678,18 +716,18 @@ export interface ClaimTimes {
 
 /**
  * findDueDeliveriesOf returns up to `limit` due, unleased deliveries of one subscription, oldest
- * due first, other than those `skip` names (the claiming process's attempts still open). On
- * PostgreSQL it locks them and skips those another transaction holds, so two instances claiming
- * at once never take the same delivery.
+ * due first, other than those `skip` names (the claiming process's attempts still open), only test
+ * pings when `pingsOnly` (its receiver holds it). On PostgreSQL it locks them and skips those
+ * another transaction holds, so two instances claiming at once never take the same delivery.
  */
-export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTimes, limit: number, skip: readonly string[] = []): Promise<DueDelivery[]> {
+export function findDueDeliveriesOf(db: Db, subscriptionId: string, at: ClaimTimes, limit: number, skip: readonly string[] = [], pingsOnly = false): Promise<DueDelivery[]> {
   const postgres = db.dialect === "postgres";
   // SQLite: INDEXED BY pins the index of due deliveries per subscription (PostgreSQL has no such hint).
   const deliveries = postgres ? "webhook_deliveries d" : "webhook_deliveries d INDEXED BY webhook_deliveries_due_by_subscription";
   const skipClause = skip.length ? ` AND d.id NOT IN (${placeholders(skip.length)})` : "";
   return db.all<DueDelivery>(
       `${selectDue(deliveries)}
-       WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)${skipClause}
+       WHERE d.subscription_id = ? AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)${skipClause}${pingsOnly ? " AND d.event_type = 'webhook.ping'" : ""}
        ORDER BY d.next_attempt_at, d.id LIMIT ?${postgres ? " FOR UPDATE OF d SKIP LOCKED" : ""}`,
     [subscriptionId, at.dueBy, at.now, ...skip, limit],
   );
@@ -703,9 +741,7 @@ export async function findEarliestPendingDueTime(db: Db, subscriptionId: string)
 }
 
 /** SharedClaimSubscription is a subscription with due deliveries, locked for one claim, with what its caps need. */
-export interface SharedClaimSubscription {
-  id: string;
-  max_rate: number | null;
+export interface SharedClaimSubscription extends ClaimSubscription {
   /** its deliveries leased now by any instance */
   leased: number;
   /** with a max_rate: the earliest time its next attempt may be sent (0 when none was ever sent) */
@@ -714,23 +750,24 @@ export interface SharedClaimSubscription {
 
 /**
  * lockSubscriptionsWithDueDeliveries (PostgreSQL: several instances) locks the active, unpaused
- * subscriptions that have a due delivery not leased, oldest due first, skipping those another
- * instance is claiming for right now, and returns them with their leases and pacing. Until the
+ * subscriptions that have a due delivery not leased, oldest due first (one its receiver holds only
+ * while a test ping is due first), skipping those another instance is claiming for right now, and
+ * returns them with their leases and pacing. Until the
  * transaction ends no other instance claims for them, so the counts read here stay true while the
  * claim adds to them. The counts are read by statements after the lock, which see what an
  * instance that held it before has committed. `FOR NO KEY UPDATE` leaves the row's key alone, so
  * writes referring to the subscription are not held up.
  */
 export async function lockSubscriptionsWithDueDeliveries(db: Db, at: ClaimTimes): Promise<SharedClaimSubscription[]> {
-  const locked = await db.all<{ id: string; max_rate: number | null }>(
-    `SELECT s.id, s.max_rate FROM webhook_subscriptions s
+  const locked = await db.all<ClaimSubscription>(
+    `SELECT s.id, s.max_rate, ${heldClause} AS held FROM webhook_subscriptions s
      CROSS JOIN LATERAL (SELECT d.next_attempt_at FROM webhook_deliveries d
                          WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.next_attempt_at <= ? AND (d.locked_until IS NULL OR d.locked_until <= ?)
                          ORDER BY d.next_attempt_at LIMIT 1) due
-     WHERE s.status = 'active' AND s.paused_at IS NULL
+     WHERE s.status = 'active' AND s.paused_at IS NULL AND (NOT ${heldClause} OR ${pingDueFirst("webhook_deliveries p", "due.next_attempt_at")})
      ORDER BY due.next_attempt_at, s.id
      FOR NO KEY UPDATE OF s SKIP LOCKED`,
-    [at.dueBy, at.now],
+    [...heldParameters(at.now), at.dueBy, at.now, ...heldParameters(at.now), at.now],
   );
   if (locked.length === 0) return [];
   const leased = await countLeases(db, locked.map((s) => s.id), at.now);
@@ -903,12 +940,13 @@ export async function updateDeliveryAfterAttempt(
   );
 }
 
-/** findNextWakeTime returns the earliest future moment a pending delivery becomes due or a lease expires. */
+/** findNextWakeTime returns the earliest future moment a pending delivery becomes due, a lease expires or a receiver's hold ends. */
 export async function findNextWakeTime(db: Db, now: number): Promise<number | null> {
   const due = (await db.get<{ t: number | null }>(`SELECT min(next_attempt_at) AS t FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due")} WHERE status = 'pending' AND next_attempt_at > ?`, [now]))!.t;
   const lease = (await db.get<{ t: number | null }>(`SELECT min(locked_until) AS t FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")} WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending'`, [now]))!.t;
-  if (due === null) return lease;
-  return lease === null ? due : Math.min(due, lease);
+  const hold = (await db.get<{ t: number | null }>(`SELECT min(held_until) AS t FROM webhook_subscriptions s WHERE s.status = 'active' AND ${heldClause}`, heldParameters(now)))!.t;
+  const times = [due, lease, hold].filter((t) => t !== null);
+  return times.length === 0 ? null : Math.min(...times);
 }
 
 /** countPendingDeliveries returns how many deliveries are pending and when the oldest was created. */
@@ -920,13 +958,14 @@ export async function countPendingDeliveries(db: Db): Promise<{ pending: number;
 
 /**
  * countWaitingDeliveries counts the pending deliveries due by `now` that no unexpired lease holds:
- * of one subscription, or (null) of every active subscription not paused, whose wait is for a
- * delivery slot (or a max_rate's pace), not for a resume. The due ones are counted in the index of
- * each subscription's due deliveries alone, less the leases, a few hundred at most.
+ * of one subscription, or (null) of every active subscription not paused nor held by its receiver,
+ * whose wait is for a delivery slot (or a max_rate's pace), not for a resume or the receiver's
+ * Retry-After. The due ones are counted in the index of each subscription's due deliveries alone,
+ * less the leases, a few hundred at most.
  */
 export async function countWaitingDeliveries(db: Db, now: number, subscriptionId: string | null = null): Promise<number> {
-  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions WHERE ${subscriptionId === null ? "status = 'active' AND paused_at IS NULL" : "id = ?"})`;
-  const ids = subscriptionId === null ? [] : [subscriptionId];
+  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions s WHERE ${subscriptionId === null ? `status = 'active' AND paused_at IS NULL AND NOT ${heldClause}` : "id = ?"})`;
+  const ids = subscriptionId === null ? heldParameters(now) : [subscriptionId];
   const row = await db.get<{ due: number; leased: number }>(
     `SELECT (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription")} WHERE status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS due,
             (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")}

@@ -1,5 +1,5 @@
 import { databaseFailureOf } from "../db/backend.ts";
-import { MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { MAX_SUBSCRIPTIONS, RETRY_AFTER_CAP_MS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { ConfigError, type Config } from "../config.ts";
 import { SpacedLine, type Logger } from "../shared/log.ts";
@@ -25,6 +25,7 @@ import {
   insertAttempt,
   leaseDeliveries,
   lockSubscriptionsWithDueDeliveries,
+  holdSubscription,
   markSubscriptionsHealthy,
   readDatabaseClock,
   releaseLeases,
@@ -144,8 +145,6 @@ const fewestFirst = <T>(subscriptions: T[], running: (subscription: T) => number
 
 /** LEASE_MARGIN_MS is how long past the request timeout a claimed delivery stays leased. */
 const LEASE_MARGIN_MS = 2000;
-/** RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt (1 hour). */
-export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 /** MAX_TIMER_MS keeps the wake-up timer inside setTimeout's range; the loop re-arms it. */
 const MAX_TIMER_MS = 60 * 60 * 1000;
 /**
@@ -283,6 +282,17 @@ export function nextRetryDelay(schedule: number[], attemptsMade: number, retryAf
   return retryAfterMs === null ? scheduled : Math.max(scheduled, Math.min(retryAfterMs, RETRY_AFTER_CAP_MS));
 }
 
+/**
+ * heldBy is how long an answer holds its whole subscription, or null: a 429 or 503 with Retry-After
+ * (up to RETRY_AFTER_CAP_MS). The receiver asks for no request before then (RFC 9110 10.2.3), not
+ * for this one delivery later: the others, sent meanwhile at full concurrency, would each be
+ * refused too, spend an attempt and lengthen the failing streak, then come back all at once.
+ */
+function heldBy(result: Pick<AttemptResult, "response_status" | "retry_after_ms">): number | null {
+  if ((result.response_status !== 429 && result.response_status !== 503) || !result.retry_after_ms) return null;
+  return Math.min(result.retry_after_ms, RETRY_AFTER_CAP_MS);
+}
+
 /** lease leases the picked deliveries until `until` and returns them as held under that lease. */
 async function lease(tx: Db, picked: DueDelivery[], until: number): Promise<DueDelivery[]> {
   await leaseDeliveries(tx, picked.map((p) => p.id), until);
@@ -296,7 +306,8 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
  * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
  * until the schedule runs out (then delivery.exhausted is recorded). A manual attempt on a
- * finished delivery decides its status alone. The subscription's failing streak is kept up to
+ * finished delivery decides its status alone. A 429 or 503 with Retry-After holds the subscription
+ * as long (heldBy). The subscription's failing streak is kept up to
  * date, and a streak longer than the limit disables it. An attempt whose lease was taken over
  * before it was recorded is stored and counted, and decides nothing else (late).
  */
@@ -366,6 +377,8 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   const recovered_at = status === "pending" && trigger === "manual" ? current.recovered_at : null;
   const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, recovered_at, updated_at: now };
   await updateDeliveryAfterAttempt(db, row);
+  const hold = heldBy(result);
+  if (hold !== null && subscription?.status === "active") await holdSubscription(db, due.subscription_id, now + hold);
   // After the delivery's own update, so that disabling fails the other pending deliveries (a 410
   // has failed this one), or this one too (a failing streak ends its next retry unsent).
   let pendingFailed = 0;
@@ -698,12 +711,14 @@ export class DeliveryLoop {
     const paced = new Map<string, number>();
     let rateWake: number | null = null;
     const due = await findSubscriptionsWithDueDeliveries(tx, now, saturated);
-    for (const { id: subscriptionId, max_rate } of fewestFirst(due, (s) => running(s.id))) {
+    for (const { id: subscriptionId, max_rate, held } of fewestFirst(due, (s) => running(s.id))) {
       const left = after(room, picked.length);
       const n = running(subscriptionId);
       const cap = this.caps.capOf(subscriptionId);
       let take = served(n, n, left, cap) ? roomFor(n, n, left, cap) : 0;
       if (take <= 0) continue;
+      // Held by its receiver, it is claimed for the test ping due first alone.
+      if (held) take = 1;
       if (max_rate !== null) {
         const slot = this.nextSlotOf(subscriptionId, 1000 / max_rate, now);
         if (slot > now) {
@@ -712,7 +727,7 @@ export class DeliveryLoop {
         }
         take = 1;
       }
-      const deliveries = await findDueDeliveriesOf(tx, subscriptionId, at, take, underWay.get(subscriptionId));
+      const deliveries = await findDueDeliveriesOf(tx, subscriptionId, at, take, underWay.get(subscriptionId), held);
       if (max_rate !== null && deliveries.length > 0) paced.set(subscriptionId, 1000 / max_rate);
       picked.push(...deliveries);
     }
@@ -748,15 +763,16 @@ export class DeliveryLoop {
       // one at least; a room filled may leave more) that an instance with every slot free would
       // send. One with a max_rate is sent one attempt at a time by design, and leaves none over;
       // one held by its receiver's cut cap leaves none either: another instance waking for it, its
-      // own cap cut alike, would wake this one back, and so on without end.
+      // own cap cut alike, would wake this one back, and so on without end. One its receiver holds
+      // is claimed for the test ping due first alone, and leaves nothing over either.
       const heldBelowCap =
-        subscription.max_rate === null && subscription.leased <= MAX_PER_SUBSCRIPTION - REFILL && take < Math.min(MAX_PER_SUBSCRIPTION - subscription.leased, cap - openHere);
+        subscription.max_rate === null && !subscription.held && subscription.leased <= MAX_PER_SUBSCRIPTION - REFILL && take < Math.min(MAX_PER_SUBSCRIPTION - subscription.leased, cap - openHere);
       if (take <= 0) {
         leftOver ||= heldBelowCap;
         continue;
       }
       if (subscription.max_rate === null) {
-        const due = await findDueDeliveriesOf(tx, subscription.id, at, take, underWay.get(subscription.id));
+        const due = await findDueDeliveriesOf(tx, subscription.id, at, subscription.held ? 1 : take, underWay.get(subscription.id), subscription.held);
         leftOver ||= heldBelowCap && due.length === take;
         picked.push(...due);
         continue;
@@ -774,7 +790,7 @@ export class DeliveryLoop {
         rateWake = rateWake === null ? nextSendAt : Math.min(rateWake, nextSendAt);
         continue;
       }
-      const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1, underWay.get(subscription.id));
+      const [due] = await findDueDeliveriesOf(tx, subscription.id, at, 1, underWay.get(subscription.id), subscription.held);
       if (!due) continue;
       await holdSendPacing(tx, subscription.id, leaseUntil);
       paced.set(subscription.id, interval);

@@ -362,6 +362,43 @@ describe("two instances on one PostgreSQL database", () => {
     }
   }, 60_000);
 
+  test("a receiver's 429 with Retry-After answered to one instance holds its subscription on both: neither sends it anything until the hold shown ends, then the backlog goes out, one attempt each", async () => {
+    const received: string[] = [];
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      async fetch(request) {
+        received.push(JSON.parse(await request.text()).data.id);
+        return received.length === 1 ? new Response("busy", { status: 429, headers: { "retry-after": "4" } }) : new Response(null, { status: 204 });
+      },
+    });
+    try {
+      const created = await api(instances[0]!.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: `http://127.0.0.1:${server.port}/hook`, events: ["contact.created"] });
+      expect(created.status).toBe(201);
+      const path = `/public/v1/webhook-subscriptions/${created.body.data.id}`;
+      const first = (await api(instances[0]!.url, token, "POST", "/public/v1/contacts", { first_name: "Busy" })).body.data.id;
+      await waitUntil(async () => (await api(instances[1]!.url, token, "GET", path)).body.data.held_until !== null, "the hold shown by the other instance");
+      const posts = Array.from({ length: 10 }, (_, i) => api(instances[i % 2]!.url, token, "POST", "/public/v1/contacts", { first_name: `Held ${i}` }));
+      const backlog = (await Promise.all(posts)).map((r) => r.body.data.id as string);
+      // What the receiver had got before each look, at either instance, that still showed the hold.
+      let whileHeld: string[] | null = null;
+      for (let i = 0; ; i++) {
+        const before = [...received];
+        if ((await api(instances[i % 2]!.url, token, "GET", path)).body.data.held_until === null) break;
+        whileHeld = before;
+        await Bun.sleep(10);
+      }
+      expect(whileHeld).toEqual([first]);
+      const deliveries = async () => (await api(instances[1]!.url, token, "GET", `/public/v1/webhook-deliveries?subscription_id=${created.body.data.id}`)).body.data as { status: string; attempts: number }[];
+      await waitUntil(async () => (await deliveries()).filter((d) => d.status === "succeeded").length === 11, "the backlog and the held delivery's retry");
+      expect(received.slice(1).sort()).toEqual([first, ...backlog].sort());
+      expect((await deliveries()).map((d) => d.attempts).sort()).toEqual([...Array(10).fill(1), 2]);
+      await api(instances[0]!.url, token, "DELETE", path);
+    } finally {
+      await server.stop(true);
+    }
+  }, 60_000);
+
   test("concurrent POSTs with one key spread over two instances create one contact; the others answer 409 or replay it", async () => {
     const body = { first_name: "Grace", last_name: "Hopper", email: "grace.concurrent@example.com" };
     const responses = await Promise.all(Array.from({ length: 16 }, (_, i) => post(instances[i % 2]!, "one-key", body)));

@@ -498,6 +498,37 @@ describe("webhook deliveries: failures and retries", () => {
     expect(attempt.response_headers).toMatchObject({ "retry-after": "3600" });
   });
 
+  test("a 429 with Retry-After holds the whole subscription until then: the receiver gets nothing more but a test ping, no held delivery spends an attempt, then the backlog goes out", async () => {
+    // The test looks at the subscription every few milliseconds for seconds: past the API's read rate.
+    h = await scope.harness({ retrySchedule: [0.01], rateReadPerSecond: 100_000, rateReadBurst: 100_000 });
+    const r = receiver();
+    r.respond((_, i) => (i === 0 ? new Response("busy", { status: 429, headers: { "retry-after": "4" } }) : new Response(null, { status: 204 })));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    const subscription = async () => (await h.json("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).body.data;
+    const first = await createContact({ first_name: "First" });
+    const heldUntil = await waitFor(async () => (await subscription()).held_until, "the subscription to show its receiver's hold");
+    const backlog = await Promise.all(Array.from({ length: 5 }, (_, i) => createContact({ first_name: `Held ${i}` })));
+    // The operator asked: a test ping goes out during the hold.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`)).status).toBe(202);
+    await waitFor(() => r.received.length >= 2, "the test ping");
+    const seen = () => r.received.map((got) => `${got.json.type} ${got.json.data.id ?? "ping"}`);
+    // What the receiver had got before each look that still showed the hold: the last one is all it got while held.
+    let whileHeld: string[] | null = null;
+    for (;;) {
+      const before = seen();
+      const shown = (await subscription()).held_until;
+      if (shown === null) break;
+      expect(shown).toBe(heldUntil);
+      whileHeld = before;
+      await Bun.sleep(5);
+    }
+    expect(whileHeld).toEqual([`contact.created ${first.id}`, "webhook.ping ping"]);
+    const settled = await waitForDeliveries(h, (list) => list.length === 7 && list.every((d) => d.status === "succeeded") && list);
+    const attempts = Object.fromEntries(settled.map((d) => [d.event_type === "webhook.ping" ? "ping" : d.id, d.attempts]));
+    expect(Object.values(attempts).sort()).toEqual([1, 1, 1, 1, 1, 1, 2]);
+    expect(seen().slice(2).sort()).toEqual([first, ...backlog].map((c) => `contact.created ${c.id}`).sort());
+  });
+
   test("redirects are not followed: a 3xx is a failed attempt, whose Location is kept with its response headers and never logged", async () => {
     const logs: string[] = [];
     h = await scope.harness({ retrySchedule: [] }, { log: createLogger("warn", (line) => logs.push(line)) });

@@ -1,8 +1,9 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { parseRetryAfter, signPayload } from "../../server/webhooks/delivery.ts";
+import { RETRY_AFTER_CAP_MS } from "../../server/limits/limits.ts";
 import { nonPublicAddressKind } from "../../server/webhooks/targets.ts";
-import { nextRetryDelay, RETRY_AFTER_CAP_MS } from "../../server/webhooks/worker.ts";
+import { nextRetryDelay } from "../../server/webhooks/worker.ts";
 
 describe("address rules", () => {
   test("loopback, private, link-local, metadata, unspecified, mapped and reserved addresses are named", () => {

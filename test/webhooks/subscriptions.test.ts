@@ -34,6 +34,7 @@ describe("webhook subscriptions: happy paths", () => {
       paused_at: null,
       max_rate: null,
       failing_since: null,
+      held_until: null,
       secret: expect.stringMatching(SECRET),
       secret_rotated_at: null,
       previous_secret_expires_at: null,

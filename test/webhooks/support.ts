@@ -201,7 +201,7 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
   const id = newId("sub");
   await insertSubscription(
     db,
-    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, created_at: createdAt, updated_at: createdAt, created_by: null, created_by_email: null },
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, held_until: null, created_at: createdAt, updated_at: createdAt, created_by: null, created_by_email: null },
     ["contact.created"],
   );
   return id;
