@@ -9,7 +9,7 @@ import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
-import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
+import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
@@ -25,6 +25,8 @@ import { errorCode } from "./shared/thrown.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
+import { vacuumInPlace } from "./ops/store.ts";
+import { sameBytes } from "./shared/crypto.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
@@ -63,6 +65,10 @@ Commands:
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
+  secrets-key rotate --new-key-file FILE
+                                     seal every signing secret anew with the key in FILE and
+                                     make it the database's (the service stopped); then start
+                                     every instance with FILE: the old key is refused
   secrets-key reset [--yes-disable-every-subscription]
                                      when the secrets key is lost: give every webhook
                                      subscription a new secret under the key the next start
@@ -101,7 +107,7 @@ const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
-const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
+const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file", "--new-key-file"] as const;
 
 /** VALUE_OPTIONS are the options whose next argument is their value: the settings but the flags (isFlag), --config and the commands' own. */
 const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => !isFlag(s)).map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
@@ -329,7 +335,7 @@ async function openConfiguredDatabase(config: Config, options: { setUp?: boolean
 
 /** RESET_FLAG confirms a secrets key reset; without it the reset lists what it would change. */
 const RESET_FLAG = "--yes-disable-every-subscription";
-const SECRETS_KEY_USAGE = `usage: secrets-key reset [${RESET_FLAG}] (only when the database's secrets key is lost; without the flag it lists what it would change)`;
+const SECRETS_KEY_USAGE = `usage: secrets-key rotate --new-key-file FILE (a key others may have read) | secrets-key reset [${RESET_FLAG}] (only when the database's secrets key is lost; without the flag it lists what it would change)`;
 
 /** plural counts `n` things, named `one` or `many`. */
 const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
@@ -430,6 +436,77 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
       `crm: warning: the reset is done, but failing its pending deliveries was refused (${refusalLine(unsent)}); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n`,
     );
   }
+  return EXIT.done;
+}
+
+/** newKeyCommand is the shell command that makes a new secrets key in `file`, readable by its owner only. */
+const newKeyCommand = (file: string) => `(umask 077; head -c 32 /dev/urandom | base64 > ${file})`;
+
+/**
+ * loadNewSecretsKey reads the key `secrets-key rotate` is to seal with: it must exist, be its
+ * owner's alone (a key others may have read is no better than the one it replaces) and differ
+ * from the current one.
+ */
+function loadNewSecretsKey(config: Config, file: string, current: SecretsKey): SecretsKey {
+  const given = { secretsKeyFile: file, dataDir: config.dataDir };
+  if (!secretsKeyExists(given)) throw new ConfigError(`secrets-key rotate: the new key file ${file} does not exist; make a new key with ${newKeyCommand(file)} and run the command again`);
+  const next = loadSecretsKey(given);
+  if (next.openTo) {
+    const mode = (statSync(file).mode & 0o777).toString(8);
+    throw new ConfigError(`secrets-key rotate: the new key file ${file} is open to other users (mode 0${mode}): a key others may read is no better than the one it replaces; make it the owner's alone (chmod 600 ${file}) and run the command again; nothing was changed`);
+  }
+  if (sameBytes(next.key, current.key)) throw new ConfigError(`secrets-key rotate: ${file} holds the same key as ${current.path}, the one to replace; make a new key with ${newKeyCommand(file)}; nothing was changed`);
+  return next;
+}
+
+/**
+ * secretsKeyRotateCommand runs `secrets-key rotate --new-key-file FILE`, for a key others may have
+ * read: in one transaction it seals every secret the database holds anew with the key in FILE and
+ * records that key as the database's (rotateSecretsKey), so what is sealed opens only with it from
+ * then on; killed before that commits, the old key still opens everything. On SQLite it holds the
+ * data directory (no serve runs) and then rebuilds the database file, so that no free page or WAL
+ * frame keeps a secret sealed with the old key, or one a crm before migration 0011 kept in clear.
+ * Every instance is then started with FILE: one still given the old key refuses to start, and one
+ * left running (PostgreSQL) refuses to seal with it (sealInWrite). Run again after the commit, it
+ * finds FILE the database's key already and only says what is left to do.
+ */
+async function secretsKeyRotateCommand(args: string[]): Promise<number> {
+  args.shift();
+  const file = takeOption(args, "--new-key-file");
+  if (file === undefined) throw new ConfigError(`secrets-key rotate needs --new-key-file FILE, a new key made with ${newKeyCommand("FILE")}`);
+  const config = loadCommandConfig(args);
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  // The key serve reads; a missing one is lost (secrets-key reset), not made here.
+  if (!config.databaseUrl && !secretsKeyExists(config)) throw new ConfigError(`there is no secrets key at ${secretsKeyPath(config)} to replace; if the database's key is lost, see secrets-key reset`);
+  const current = loadSecretsKey(config);
+  const next = loadNewSecretsKey(config, file, current);
+  const run = async () => {
+    const db = await openConfiguredDatabase(config, { locked: true });
+    try {
+      const outcome = await rotateSecretsKey(db, new SecretBox(current.key), new SecretBox(next.key));
+      // Also when run again after a rotation that committed and was stopped before the rebuild.
+      if (outcome !== "not-own-key" && db.dialect === "sqlite") db.waitingForLocks(vacuumInPlace);
+      return outcome;
+    } finally {
+      await db.close();
+    }
+  };
+  const outcome = config.databaseUrl ? await run() : await whileHoldingDataDirectory(config, "stop it first: it would go on sealing with the old key", run);
+  if (outcome === "not-own-key") {
+    throw new ConfigError(`secrets key file ${current.path} is not the key this database was used with, and the rotation needs that key to open its secrets; nothing was changed (a key that is lost: see secrets-key reset)`);
+  }
+  const rebuilt = config.databaseUrl ? "" : "; the database file was rebuilt, so its free space keeps nothing the old key sealed";
+  printOut(
+    outcome === "already-rotated"
+      ? `the database already records ${next.path} as its secrets key (a rotation committed before): nothing was sealed anew${rebuilt}
+`
+      : `sealed anew with ${next.path} the signing secrets of ${plural(outcome.subscriptions, "webhook subscription", "webhook subscriptions")} (with ${plural(outcome.previous, "previous secret", "previous secrets")} of a rotation) ` +
+          `and the secrets in ${plural(outcome.answers, "kept answer", "kept answers")} of creates and rotations; the database now records it as its secrets key, and refuses ${current.path}${rebuilt}
+`,
+  );
+  const start = config.secretsKeyFile ? `give ${next.path} to every instance in place of ${current.path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) and start them` : `mv ${next.path} ${current.path}, then start the service`;
+  printOut(`next: ${start}; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both
+`);
   return EXIT.done;
 }
 
@@ -742,7 +819,7 @@ async function main(argv: string[]): Promise<number> {
     case "import":
       return importCommand(args);
     case "secrets-key":
-      return secretsKeyResetCommand(args);
+      return args[0] === "rotate" ? secretsKeyRotateCommand(args) : secretsKeyResetCommand(args);
     case "copy-to-postgres": {
       const config = loadCommandConfig(args);
       // The source is the data directory's SQLite, sealed with that directory's own key.
