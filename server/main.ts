@@ -30,6 +30,7 @@ import { sameBytes } from "./shared/crypto.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
+import { isLoopbackHost } from "./http/client-address.ts";
 import { importContacts, importCounts } from "./import/service.ts";
 import { commandHere, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
@@ -78,10 +79,12 @@ Commands:
                                      copy the data directory's database into the empty
                                      PostgreSQL database FILE names (see copy-to-postgres --help)
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
-         [--trial] [--dry-run] [--invalid-file PATH]
+         [--trial] [--dry-run] [--invalid-file PATH] [--allow-plain-http]
                                      import contacts (and their accounts) through a server's
                                      batch API; safe to run again after a crash; exit 1 when
-                                     some rows were invalid (they are written to PATH)
+                                     some rows were invalid (they are written to PATH); an
+                                     http:// URL to another machine is refused without
+                                     --allow-plain-http: the token would cross unencrypted
   --version                          print the version
   --help                             print this help
 
@@ -559,7 +562,10 @@ async function eraseCommand(resource: ErasableResource, args: string[]): Promise
   return EXIT.done;
 }
 
-const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
+const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH] [--allow-plain-http]';
+
+/** PLAIN_HTTP_FLAG lets the importer send its token over plain http to another machine, which it otherwise refuses. */
+const PLAIN_HTTP_FLAG = "--allow-plain-http";
 
 /**
  * readTokenFile reads the importer's token file. One it may not read, or not look at (behind a
@@ -582,6 +588,7 @@ async function importCommand(args: string[]): Promise<number> {
   const invalidFile = takeOption(args, "--invalid-file");
   const trial = takeFlag(args, "--trial");
   const dryRun = takeFlag(args, "--dry-run");
+  const plainHttp = takeFlag(args, PLAIN_HTTP_FLAG);
   const file = args.shift();
   if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
   let input: Stats | undefined;
@@ -598,6 +605,11 @@ async function importCommand(args: string[]): Promise<number> {
   if (!dryRun) {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
     if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) throw new ConfigError(`import: --url ${JSON.stringify(url)} is not an http(s) URL`);
+    // Every request carries the token, with full rights over contacts and webhooks; on this machine http crosses no network.
+    const { protocol, host } = new URL(url);
+    if (protocol === "http:" && !isLoopbackHost(host) && !plainHttp) {
+      throw new ConfigError(`import: --url ${printable(`http://${host}`)} is plain http to another machine: every request would carry the API token across the network unencrypted; use https://, or pass ${PLAIN_HTTP_FLAG} on a network you trust with it`);
+    }
     const token = readTokenFile(tokenFile).trim();
     if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
     // fetch would refuse the Authorization header only when sending, after every retry.
