@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { fileErrorText, isAbsent, notOwnedText, openToOthers } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, openToOthers, statIfThere } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
@@ -49,6 +49,8 @@ export interface Config {
   databaseUrlFile: string;
   /** where databaseUrl was given (no setting of its own), for the messages that send the operator to it */
   databaseUrlFrom: DatabaseUrlFrom;
+  /** the --config file and the secrets it holds (database_url, metrics_token), used or overridden; null when it holds none (no setting of its own) */
+  configFileSecrets: { path: string; keys: string[] } | null;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -141,6 +143,7 @@ export const DEFAULT_CONFIG: Config = {
   databaseUrl: "",
   databaseUrlFile: "",
   databaseUrlFrom: URL_BY_FLAG_OR_ENV,
+  configFileSecrets: null,
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -558,10 +561,25 @@ function readDatabaseUrlFile(path: string): string {
   return parseValue(settingOf("databaseUrl"), text, `database URL file ${path}`) as string;
 }
 
-/** databaseUrlFileOpenTo words the warning of a database URL file other users may read (openToOthers), or null; serve logs it, a command prints it. */
-export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): string | null {
-  if (!config.databaseUrlFile) return null;
-  return openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
+/**
+ * secretFilesOpenTo words the warnings of the files holding secrets that other users may read,
+ * each with its path: a database URL file open to its group or others (openToOthers), and a
+ * --config file holding database_url or metrics_token that every user may read (its group may:
+ * README installs it root:crm 0640). Serve logs them, a command prints them.
+ */
+export function secretFilesOpenTo(config: Pick<Config, "databaseUrlFile" | "configFileSecrets">): { path: string; text: string }[] {
+  const open: { path: string; text: string }[] = [];
+  const urlFile = config.databaseUrlFile && openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
+  if (urlFile) open.push({ path: config.databaseUrlFile, text: urlFile });
+  const held = config.configFileSecrets;
+  const mode = held ? (statIfThere(held.path)?.mode ?? 0) & 0o777 : 0;
+  if (held && (mode & 0o007) !== 0) {
+    open.push({
+      path: held.path,
+      text: `the config file ${held.path} holds ${held.keys.join(" and ")} and every user may read it (mode 0${mode.toString(8)}): whoever does has them; make it unreadable to others: chmod o-rwx ${held.path} (or move them to database_url_file and the environment)`,
+    });
+  }
+  return open;
 }
 
 /**
@@ -628,6 +646,9 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   }
   const urlSetting = settingOf("databaseUrl");
   const urlFileSetting = settingOf("databaseUrlFile");
+  // Held in the file whether or not a flag or the environment overrides them.
+  const heldKeys = [urlSetting, settingOf("metricsToken")].map(fileKey).filter((key) => key in file);
+  if (heldKeys.length > 0) config.configFileSecrets = { path: resolve(configPath!), keys: heldKeys };
   // A command given the service's crm.toml reaches its database with --config, the password kept out of argv.
   const byConfig = () => ({ reach: ["--config", resolve(configPath!)] });
   if (config.databaseUrlFile) {

@@ -2,7 +2,7 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, secretFilesOpenTo, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
@@ -189,10 +189,9 @@ function loadCommandConfig(args: string[], { serving = false }: { serving?: bool
   return config;
 }
 
-/** noteOpenUrlFile warns on stderr of a database URL file other users may read (databaseUrlFileOpenTo); the command goes on. */
+/** noteOpenUrlFile warns on stderr of the files holding secrets that other users may read (secretFilesOpenTo); the command goes on. */
 function noteOpenUrlFile(config: Config): void {
-  const openTo = databaseUrlFileOpenTo(config);
-  if (openTo) process.stderr.write(`crm: ${openTo}\n`);
+  for (const { text } of secretFilesOpenTo(config)) process.stderr.write(`crm: ${text}\n`);
 }
 
 /**

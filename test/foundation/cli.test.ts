@@ -724,6 +724,22 @@ describe("command line: errors", () => {
     expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
   });
 
+  test("a --config file holding database_url or metrics_token that every user may read is warned of too, naming what it holds and the chmod; its group reading it (root:crm 0640) is not", async () => {
+    const configFile = join(dataDir, "secrets.toml");
+    writeFileSync(configFile, 'database_url = "postgres://crm:pw@127.0.0.1:1/crm"\nmetrics_token = "a-long-metrics-token-0123456789"\n');
+    chmodSync(configFile, 0o644);
+    const unreachable = `crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (database_url in ${configFile}): connection refused (is the server running and the host and port right?)\n`;
+    expect(await crm(["token", "list", "--config", configFile])).toEqual({
+      stdout: "",
+      stderr:
+        `crm: the config file ${configFile} holds database_url and metrics_token and every user may read it (mode 0644): whoever does has them; make it unreadable to others: chmod o-rwx ${configFile} (or move them to database_url_file and the environment)\n` +
+        unreachable,
+      code: 3,
+    });
+    chmodSync(configFile, 0o640);
+    expect(await crm(["token", "list", "--config", configFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
+  });
+
   test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {
     await crm(["migrate"]);
     await crm(["user", "create", "--name", "Ada", "--email", "ada@example.com"]);
