@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index.
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include.
          */
         get: operations["listContacts"];
         put?: never;
@@ -947,7 +947,7 @@ export interface components {
             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
             id: string;
             name: string;
-            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
             domain: string | null;
             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
             version: number;
@@ -970,7 +970,7 @@ export interface components {
             name: string;
             /**
              * Format: idn-hostname
-             * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             domain?: string | null;
             id?: never;
@@ -1050,7 +1050,7 @@ export interface components {
             last_name?: string | null;
             /**
              * Format: idn-email
-             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+             * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
              */
             email?: string | null;
             /** @description Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two. */
@@ -1161,7 +1161,7 @@ export interface components {
             last_error: string | null;
             /**
              * Format: date-time
-             * @description When the next scheduled attempt is due; null once succeeded or failed.
+             * @description When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.
              */
             next_attempt_at: string | null;
             /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
@@ -1211,7 +1211,7 @@ export interface components {
             last_error: string | null;
             /**
              * Format: date-time
-             * @description When the next scheduled attempt is due; null once succeeded or failed.
+             * @description When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.
              */
             next_attempt_at: string | null;
             /** @description The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request. */
@@ -1227,7 +1227,7 @@ export interface components {
              * @description When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.
              */
             payload_erased_at: string | null;
-            /** @description Every attempt, oldest first. */
+            /** @description The newest 50 attempts (every one, up to 50), oldest first: manual retries and recoveries add attempts without end. attempts minus the attempts shown (the first shown's attempt minus 1) are left out. */
             attempt_history: components["schemas"]["Attempt"][];
         };
         BatchResult: {
@@ -3993,7 +3993,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-hostname
-                     * @description Letters, digits, dots and hyphens; a name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example). Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     domain?: string | null;
                     id?: never;
@@ -4233,7 +4233,7 @@ export interface operations {
                     name: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email: string;
                 };
@@ -4691,7 +4691,7 @@ export interface operations {
                     name?: string;
                     /**
                      * Format: idn-email
-                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
+                     * @description An email address, stored lowercased with its domain in ASCII form: info@Müller.de is info@xn--mller-kva.de. The local part (before the @) must be ASCII. At most 254 characters in that form. Length counted in UTF-16 code units: a character outside the Basic Multilingual Plane, as most emoji are, counts as two.
                      */
                     email?: string;
                 };
@@ -5441,6 +5441,8 @@ export interface operations {
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
                              */
                             failing_since: string | null;
+                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume. */
+                            deliveries_waiting: number;
                             last_24h: {
                                 /**
                                  * Format: date-time
@@ -6834,7 +6836,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -6943,7 +6945,7 @@ export interface operations {
                             /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                             id: string;
                             name: string;
-                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                            /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                             domain: string | null;
                             /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                             version: number;
@@ -7074,7 +7076,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;
@@ -7128,7 +7130,7 @@ export interface operations {
                         /** @example acc_01JDB7Y1Q7A6T5ZV3C8W9X0K2M */
                         id: string;
                         name: string;
-                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de) */
+                        /** @description lowercased, in ASCII form (IDNA A-labels: müller.de is xn--mller-kva.de), without a trailing dot. An account given its domain before host names were enforced (2026-11-29) keeps it as stored, even one that is no host name. */
                         domain: string | null;
                         /** @description 1 when created, one more with every change: of two representations of an account, the higher version is the newer. */
                         version: number;

@@ -3,7 +3,7 @@ import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
 import { authentication } from "./auth/routes.ts";
 import { tokenRate } from "./auth/service.ts";
-import { secretFilesOpenTo, type Config } from "./config.ts";
+import { configFileOpenTo, databaseUrlFileOpenTo, type Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
@@ -58,7 +58,10 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   await migrateBackend(db, () => secrets, (message, fields) => log.warn(message, fields));
   await assertDatabaseSecretsKey(db, secrets, secretsKey);
   if (secretsKey.openTo) log.warn(secretsKey.openTo, { path: secretsKey.path });
-  for (const { path, text } of secretFilesOpenTo(config)) log.warn(text, { path });
+  const urlFileOpenTo = databaseUrlFileOpenTo(config);
+  if (urlFileOpenTo) log.warn(urlFileOpenTo, { path: config.databaseUrlFile });
+  const configOpenTo = configFileOpenTo(config);
+  if (configOpenTo) log.warn(configOpenTo, { path: config.configFileSecrets!.path });
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   db.changeClock.logTo(log);
@@ -114,6 +117,16 @@ export function createApp(runtime: Runtime) {
         },
         schemas: NAMED_SCHEMAS,
         webhooks: webhooksDocument(),
+        tags: [
+          { name: "Contacts", description: "People: create, read, change and delete them, find them by filters, link them to accounts, tag them, and upsert them 100 at a time." },
+          { name: "Accounts", description: "Companies, matched by domain: create, read, change and delete them, and upsert them 100 at a time." },
+          { name: "Users", description: "The people of your team that contacts are assigned to." },
+          { name: "Webhook subscriptions", description: "Where events are sent: a target URL and the event kinds it wants, with its signing secret, rate cap, pause, test, recovery and endpoint health." },
+          { name: "Webhook deliveries", description: "What was sent to each subscription, every attempt and its answer, and a retry of one delivery." },
+          { name: "Webhook event types", description: "The event kinds a subscription can ask for, each with the JSON Schema of its body." },
+          { name: "Webhook events", description: "The signed requests the service sends to a subscription's target URL (Standard Webhooks), one per event kind: what a receiver gets." },
+          { name: "Operations", description: "Liveness and readiness probes for load balancers, and Prometheus metrics." },
+        ],
       }),
     )
     .use(contactRoutes(rt))

@@ -132,6 +132,13 @@ const MAX_RETRY_DELAY_SECONDS = 30 * 86_400;
  */
 const MAX_DISABLE_FAILING_AFTER_HOURS = 87_600;
 
+/**
+ * MAX_RETENTION_DAYS bounds --delivery-retention-days and --tombstone-retention-days (ten years):
+ * no retention asked of a CRM is longer, and a far larger setting put the pruning's cutoff, that
+ * long before now, before any instant a timestamp writes or PostgreSQL's bigint holds.
+ */
+const MAX_RETENTION_DAYS = 3650;
+
 /** DEFAULT_RETRY_SCHEDULE is DESIGN.md's schedule of delays after the first attempt, in seconds. */
 const DEFAULT_RETRY_SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000];
 
@@ -239,7 +246,7 @@ export const SETTINGS: Setting[] = [
     choices: ["full", "normal"],
     help: "full: every commit is on disk before its request is answered (survives power loss); normal: the last commits may be lost on power loss (not on a crash of the service)",
   },
-  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error" },
+  { key: "logLevel", flag: "--log-level", env: "CRM_LOG_LEVEL", kind: "choice", choices: ["debug", "info", "warn", "error"], help: "debug, info, warn or error (at debug a command's unexpected error prints its stack too)" },
   {
     key: "allowPrivateTargets",
     flag: "--allow-private-targets",
@@ -249,7 +256,7 @@ export const SETTINGS: Setting[] = [
   },
   { key: "retrySchedule", flag: "--retry-schedule", env: "CRM_RETRY_SCHEDULE", kind: "seconds-list", max: MAX_RETRY_DELAY_SECONDS, help: `webhook retry delays in seconds, comma-separated (each 0-${MAX_RETRY_DELAY_SECONDS}, 30 days)` },
   { key: "deliveryTimeoutMs", flag: "--delivery-timeout-ms", env: "CRM_DELIVERY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `webhook request timeout in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day)` },
-  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", help: "days webhook deliveries and attempts are kept" },
+  { key: "deliveryRetentionDays", flag: "--delivery-retention-days", env: "CRM_DELIVERY_RETENTION_DAYS", kind: "positive-int", max: MAX_RETENTION_DAYS, help: `days webhook deliveries and attempts are kept (1-${MAX_RETENTION_DAYS}, ten years)` },
   { key: "deliveryResponseBodyBytes", flag: "--delivery-response-body-bytes", env: "CRM_DELIVERY_RESPONSE_BODY_BYTES", kind: "positive-int", max: 4096, help: "bytes of a receiver's answer kept with each attempt (1-4096)" },
   { key: "deliveryHistoryMaxMb", flag: "--delivery-history-max-mb", env: "CRM_DELIVERY_HISTORY_MAX_MB", kind: "whole", help: "size budget of the webhook delivery history in MiB; past it the oldest finished deliveries are pruned (0: no budget, only the retention days)" },
   {
@@ -257,7 +264,8 @@ export const SETTINGS: Setting[] = [
     flag: "--tombstone-retention-days",
     env: "CRM_TOMBSTONE_RETENTION_DAYS",
     kind: "positive-int",
-    help: "days deleted contacts, accounts and users stay listed in GET .../deleted (a poller down longer resyncs in full)",
+    max: MAX_RETENTION_DAYS,
+    help: `days deleted contacts, accounts and users stay listed in GET .../deleted (1-${MAX_RETENTION_DAYS}, ten years; a poller down longer resyncs in full)`,
   },
   {
     key: "disableFailingAfterHours",
@@ -320,6 +328,14 @@ export function redactedUrl(url: string): string {
   if (parsed.password) parsed.password = "***";
   // libpq also takes the password, and the client key's passphrase, as query parameters.
   for (const name of ["password", "sslpassword"]) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, "***");
+  return parsed.toString();
+}
+
+/** urlWithoutPassword is a postgres:// URL (one the settings took) without its password and password parameters, for a command line that leaves them to ~/.pgpass. */
+export function urlWithoutPassword(url: string): string {
+  const parsed = new URL(url);
+  parsed.password = "";
+  for (const name of ["password", "sslpassword"]) parsed.searchParams.delete(name);
   return parsed.toString();
 }
 
@@ -393,6 +409,13 @@ function databaseUrlMistake(text: string): string {
   return "it is not a URL";
 }
 
+/**
+ * numberOf reads a setting's digits, and inf as TOML writes it (fileNumberText: 1e400 is read so),
+ * as Infinity: like digits past a double, it is past a bounded setting's range, which its refusal
+ * names as 1e21's does, rather than saying it is no number.
+ */
+const numberOf = (text: string): number => (text === "inf" ? Infinity : Number(text));
+
 function parseValue(setting: Setting, raw: unknown, source: string): unknown {
   const text = String(raw).trim();
   // A secret is never echoed, not even a malformed one: this line ends up in logs. Nor is a database
@@ -411,21 +434,25 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return n;
     }
     case "positive-int": {
-      const n = Number(text);
-      if (!/^\d+$/.test(text) || n < 1 || !Number.isSafeInteger(n)) fail("a positive whole number");
+      const n = numberOf(text);
+      if (!/^(\d+|inf)$/.test(text) || n < 1) fail("a positive whole number");
+      // A bounded setting's range is named first: a number past it is no less out of range for being past 2^53 too.
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 1 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a positive whole number");
       return n;
     }
     case "whole": {
-      const n = Number(text);
-      if (!/^\d+$/.test(text) || !Number.isSafeInteger(n)) fail("a whole number (0 or more)");
+      const n = numberOf(text);
+      if (!/^(\d+|inf)$/.test(text)) fail("a whole number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a whole number from 0 to ${setting.max}`);
+      if (!Number.isSafeInteger(n)) fail("a whole number (0 or more)");
       return n;
     }
     case "number": {
-      const n = Number(text);
-      if (!/^\d+(\.\d+)?$/.test(text) || !Number.isFinite(n)) fail("a number (0 or more)");
+      const n = numberOf(text);
+      if (!/^(\d+(\.\d+)?|inf)$/.test(text)) fail("a number (0 or more)");
       if (setting.max !== undefined && n > setting.max) fail(`a number from 0 to ${setting.max}`);
+      if (!Number.isFinite(n)) fail("a number (0 or more)");
       return n;
     }
     case "boolean":
@@ -435,11 +462,10 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       return text;
     case "seconds-list": {
       const parts = text.split(",").map((p) => p.trim());
-      const values = parts.map(Number);
-      if (parts.length === 0 || parts.some((p) => !/^\d+(\.\d+)?$/.test(p)) || values.some((v) => !Number.isFinite(v))) {
-        fail("a comma-separated list of seconds");
-      }
+      const values = parts.map(numberOf);
+      if (parts.length === 0 || parts.some((p) => !/^(\d+(\.\d+)?|inf)$/.test(p))) fail("a comma-separated list of seconds");
       if (setting.max !== undefined && values.some((v) => v > setting.max!)) fail(`a comma-separated list of seconds, each from 0 to ${setting.max}`);
+      if (values.some((v) => !Number.isFinite(v))) fail("a comma-separated list of seconds");
       return values;
     }
     case "secret":
@@ -515,14 +541,34 @@ const LIST_KINDS: ReadonlySet<Kind> = new Set(["seconds-list", "address-list", "
  * no proxy, or for allow_private_targets as false.
  */
 function fileValueText(setting: Setting, raw: unknown, source: string): string {
-  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value));
-  if (scalar(raw)) return String(raw);
+  const scalar = (value: unknown) => typeof value === "string" || typeof value === "boolean" || typeof value === "number";
+  const text = (value: unknown) => (typeof value === "number" ? fileNumberText(value) : String(value));
+  if (scalar(raw)) return text(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
   if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
     throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
   }
-  if (Array.isArray(raw) && raw.every(scalar)) return raw.join(",");
+  if (Array.isArray(raw) && raw.every(scalar)) return raw.map(text).join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
+}
+
+/**
+ * fileNumberText writes a crm.toml number in the digits a flag would give: String writes 1e-7,
+ * which TOML reads from 1e-7 and 0.0000001 alike, and 1e21 and up with an exponent too, so a
+ * number out of a setting's range, or not whole, was refused as not a number at all; inf and nan
+ * as TOML writes them, each then refused with what the setting takes.
+ */
+function fileNumberText(value: number): string {
+  if (Number.isNaN(value)) return "nan";
+  if (!Number.isFinite(value)) return value > 0 ? "inf" : "-inf";
+  const [mantissa, exponent] = String(value).split("e");
+  if (exponent === undefined) return mantissa!;
+  const sign = mantissa!.startsWith("-") ? "-" : "";
+  const [whole, fraction = ""] = mantissa!.replace("-", "").split(".");
+  const digits = `${whole}${fraction}`;
+  // String uses an exponent only below 1e-6, where the point falls before every digit, and from 1e21, where it falls after them.
+  const point = whole!.length + Number(exponent);
+  return `${sign}${point <= 0 ? `0.${"0".repeat(-point)}${digits}` : digits.padEnd(point, "0")}`;
 }
 
 /** fileKey is the name of a setting in crm.toml: the flag without dashes, with underscores. */
@@ -561,25 +607,22 @@ function readDatabaseUrlFile(path: string): string {
   return parseValue(settingOf("databaseUrl"), text, `database URL file ${path}`) as string;
 }
 
+/** databaseUrlFileOpenTo words the warning of a database URL file other users may read (openToOthers), or null; serve logs it, a command prints it. */
+export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): string | null {
+  if (!config.databaseUrlFile) return null;
+  return openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
+}
+
 /**
- * secretFilesOpenTo words the warnings of the files holding secrets that other users may read,
- * each with its path: a database URL file open to its group or others (openToOthers), and a
- * --config file holding database_url or metrics_token that every user may read (its group may:
- * README installs it root:crm 0640). Serve logs them, a command prints them.
+ * configFileOpenTo words the warning of a --config file holding database_url or metrics_token that
+ * every user may read, or null: its group may (README installs it root:crm 0640). Serve logs it, a
+ * command prints it.
  */
-export function secretFilesOpenTo(config: Pick<Config, "databaseUrlFile" | "configFileSecrets">): { path: string; text: string }[] {
-  const open: { path: string; text: string }[] = [];
-  const urlFile = config.databaseUrlFile && openToOthers(config.databaseUrlFile, "the database URL file", "whoever may read it logs in to the database as the service, to every contact, user and sealed secret");
-  if (urlFile) open.push({ path: config.databaseUrlFile, text: urlFile });
+export function configFileOpenTo(config: Pick<Config, "configFileSecrets">): string | null {
   const held = config.configFileSecrets;
   const mode = held ? (statIfThere(held.path)?.mode ?? 0) & 0o777 : 0;
-  if (held && (mode & 0o007) !== 0) {
-    open.push({
-      path: held.path,
-      text: `the config file ${held.path} holds ${held.keys.join(" and ")} and every user may read it (mode 0${mode.toString(8)}): whoever does has them; make it unreadable to others: chmod o-rwx ${held.path} (or move them to database_url_file and the environment)`,
-    });
-  }
-  return open;
+  if (!held || (mode & 0o007) === 0) return null;
+  return `the config file ${held.path} holds ${held.keys.join(" and ")} and every user may read it (mode 0${mode.toString(8)}): whoever does has them; make it unreadable to others: chmod o-rwx ${held.path} (or move them to database_url_file and the environment)`;
 }
 
 /**

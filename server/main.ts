@@ -2,21 +2,23 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, secretFilesOpenTo, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, configFileOpenTo, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, urlWithoutPassword, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
+import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
-import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyPath } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
-import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, tokenRate } from "./auth/service.ts";
+import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
+import { madeByText } from "./shared/made-by.ts";
 import { parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
-import { createOperator, operatorSummaries, removeOperatorByEmail, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
+import { createOperator, operatorSummaries, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
+import { removeOperatorByEmail, type OperatorMade, type Removal } from "./operators/removal.ts";
 import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
 import { OutputFailed, printOut } from "./shared/output.ts";
@@ -32,7 +34,7 @@ import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
 import { isLoopbackHost } from "./http/client-address.ts";
 import { importContacts, importCounts } from "./import/service.ts";
-import { commandHere, startServer } from "./server.ts";
+import { commandHere, shellWord, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
 
 const HELP = `crm ${BUILD}: CRM contacts API with signed webhook deliveries
@@ -45,7 +47,7 @@ Commands:
   token create --name N [--json] [--rate R[:B],W[:B]]
                                      create an API token; it is printed once, on stdout;
                                      --rate: its own reads and writes per second (burst B)
-  token list                         list API tokens (never the token itself)
+  token list                         list API tokens and who made each (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
   user list                          list users: id, email, name, created
@@ -58,8 +60,12 @@ Commands:
                                      add a console operator; the password is the first line of
                                      stdin (at a terminal: asked for, not shown)
   operator list                      list console operators: id, email, created, last seen
-  operator remove --email E          remove an operator, end their sessions and withdraw the
-                                     one-time links they made (not the last one)
+  operator remove --email E [--revoke-tokens] [--disable-subscriptions]
+                                     remove an operator, end their sessions and withdraw the
+                                     one-time links they made (not the last one); as the
+                                     console's boxes, also revoke the API tokens they made and
+                                     disable the subscriptions they made (on SQLite, not while
+                                     serve runs); lists what they made that stays
   operator reset-password --email E --password-stdin
                                      set an operator's password (read from stdin), end their
                                      sessions and withdraw their pending reset link
@@ -107,7 +113,7 @@ Exit status:
 /** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
 const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 
-const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
+const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
 const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file", "--new-key-file"] as const;
@@ -177,21 +183,35 @@ function stdoutDiscarded(): boolean {
 }
 
 /**
- * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
- * at once: most commands never open the key (a migrated database has nothing to seal), and would
- * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
- * database URL file other users may read (noteOpenUrlFile); `serving`: serve logs it instead.
+ * stackShown tells whether an unexpected error prints its stack: the command's --log-level is
+ * debug, from any of its sources once its settings are read (commandSettings), CRM_LOG_LEVEL's
+ * before that and for the commands that read none (import).
  */
-function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
+let stackShown = process.env.CRM_LOG_LEVEL?.trim() === "debug";
+
+/** commandSettings reads a command's settings (loadConfig), noting whether they ask for an unexpected error's stack. */
+function commandSettings(args: string[]): Config {
   const config = loadConfig(args);
-  if (config.secretsKeyFile) loadSecretsKey(config);
-  if (!serving) noteOpenUrlFile(config);
+  stackShown = config.logLevel === "debug";
   return config;
 }
 
-/** noteOpenUrlFile warns on stderr of the files holding secrets that other users may read (secretFilesOpenTo); the command goes on. */
-function noteOpenUrlFile(config: Config): void {
-  for (const { text } of secretFilesOpenTo(config)) process.stderr.write(`crm: ${text}\n`);
+/**
+ * loadCommandConfig resolves a command's settings and reads a key file named by --secrets-key-file
+ * at once: most commands never open the key (a migrated database has nothing to seal), and would
+ * otherwise accept a missing or broken file that `serve` then refuses. A command warns of a
+ * secrets key or database URL file other users may read (noteOpenFiles); `serving`: serve logs them instead.
+ */
+function loadCommandConfig(args: string[], { serving = false }: { serving?: boolean } = {}): Config {
+  const config = commandSettings(args);
+  if (config.secretsKeyFile) loadSecretsKey(config);
+  if (!serving) noteOpenFiles(config);
+  return config;
+}
+
+/** noteOpenFiles warns on stderr of a secrets key, database URL file or --config file holding secrets that other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo, configFileOpenTo), as serve logs them; the command goes on. */
+function noteOpenFiles(config: Config): void {
+  for (const openTo of [secretsKeyOpenTo(config), databaseUrlFileOpenTo(config), configFileOpenTo(config)]) if (openTo) process.stderr.write(`crm: ${openTo}\n`);
 }
 
 /**
@@ -247,21 +267,37 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
 }
 
 /**
- * migrateDataDirectory applies the SQLite migrations a command finds pending, holding the data
- * directory as serve does while it changes the schema: a serve still running there (the old
+ * migrateDataDirectory applies the SQLite migrations a command finds pending in `db`, holding the
+ * data directory as serve does while it changes the schema: a serve still running there (the old
  * version, during an upgrade) would have its schema changed under it, so the command is refused
- * instead. With nothing pending it takes no lock, and works beside a running serve. `locked`: the
- * caller holds the directory already.
+ * instead, as it is while any other process has the database open (databaseOpenElsewhere: a serve
+ * from before 2026-11-27 holds no crm.lock). With nothing pending it takes no lock, works beside a
+ * running serve and returns `db`; else `db` is closed for that look, which its own connections
+ * would fail, and the database returned is opened anew. `locked`: the caller holds the directory already.
  */
-async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<string[]> {
+async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<{ db: SqliteDatabase; applied: string[] }> {
   const pending = pendingMigrations(db.sqlite).map((m) => m.name);
   // With nothing to apply, migrateBackend (which refuses a database a newer crm migrated) is not called.
   if (pending.length === 0) {
     await refuseNewerDatabase(db);
-    return [];
+    return { db, applied: [] };
   }
-  if (locked) return migrateWithSecretsKey(db, config);
-  return whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, () => migrateWithSecretsKey(db, config));
+  await db.close();
+  const why = `stop it before the schema is changed (pending: ${pending.join(", ")})`;
+  const migrateAlone = async () => {
+    const file = resolve(databaseFile(config.dataDir));
+    if (databaseOpenElsewhere(file)) {
+      throw new ConfigError(`the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): ${why}`);
+    }
+    const reopened = openDatabase(file, config.synchronous);
+    try {
+      return { db: reopened, applied: await migrateWithSecretsKey(reopened, config) };
+    } catch (error) {
+      await reopened.close();
+      throw error;
+    }
+  };
+  return locked ? migrateAlone() : whileHoldingDataDirectory(config, why, migrateAlone);
 }
 
 /**
@@ -315,11 +351,11 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
   const db = openDatabase(databasePath(config.dataDir), config.synchronous);
   // Said once the file is there: a directory that cannot hold it is refused without this line.
   if (creating) process.stderr.write(`created a new database at ${resolve(databaseFile(config.dataDir))}; serve it with --data-dir ${resolve(config.dataDir)}\n`);
-  await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
+  const migrated = await migrateDataDirectory(db, config, { locked }).catch(async (error: unknown) => {
     await db.close();
     throw error;
   });
-  return db;
+  return migrated.db;
 }
 
 /**
@@ -392,8 +428,8 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
   if (args.shift() !== "reset") throw new ConfigError(SECRETS_KEY_USAGE);
   // The flag's name from when the reset deleted every subscription: a script written with it still confirms.
   const confirmed = [takeFlag(args, RESET_FLAG), takeFlag(args, "--yes-delete-every-subscription")].includes(true);
-  const config = loadConfig(args);
-  noteOpenUrlFile(config);
+  const config = commandSettings(args);
+  noteOpenFiles(config);
   if (config.secretsKeyFile && !secretsKeyExists(config)) {
     // For a reset a missing file is the expected case: the lost key's path, where the new key goes.
     throw new ConfigError(
@@ -543,6 +579,76 @@ async function userDeleteCommand(args: string[]): Promise<number> {
 }
 
 /**
+ * operatorRemoveCommand runs `operator remove --email E [--revoke-tokens] [--disable-subscriptions]`:
+ * the console's removal with its two boxes (removeOperatorByEmail), then says what it revoked and
+ * disabled and what the operator made that stays. A disable records subscription.disabled events
+ * a running serve must send: on SQLite a serve is woken only by its own commits, so the command
+ * with --disable-subscriptions is refused while one holds the data directory (as `user delete`
+ * is); on PostgreSQL the instances are woken.
+ */
+async function operatorRemoveCommand(args: string[]): Promise<number> {
+  const email = takeOption(args, "--email");
+  const choices = { revokeTokens: takeFlag(args, "--revoke-tokens"), disableSubscriptions: takeFlag(args, "--disable-subscriptions") };
+  if (!email) throw new ConfigError("operator remove needs --email E");
+  const config = loadCommandConfig(args);
+  const remove = async () => {
+    const db = await openConfiguredDatabase(config, { locked: !config.databaseUrl && choices.disableSubscriptions });
+    try {
+      const removed = await removeOperatorByEmail(db, email, choices, BATCH_ROWS);
+      // A lost wake-up only leaves the subscription.disabled deliveries to the instances' next poll.
+      if (removed.removal.subscriptions_disabled.length > 0) await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
+      return removed;
+    } finally {
+      await db.close();
+    }
+  };
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  const why = 'remove them on the console with "Also disable their active subscriptions" ticked, which sends subscription.disabled at once, or stop it first';
+  const { removal, made, unsent } = config.databaseUrl || !choices.disableSubscriptions ? await remove() : await whileHoldingDataDirectory(config, why, remove);
+  printOut(removalText(removal, made));
+  // Done all the same: the removal stands, and the service fails what is left (each subscription is disabled).
+  if (unsent !== null) {
+    process.stderr.write(
+      `crm: warning: the removal is done, but failing the disabled subscriptions' pending deliveries was refused (${refusalLine(unsent)}); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n`,
+    );
+  }
+  return EXIT.done;
+}
+
+/**
+ * removalText says what `operator remove` did and what the operator made that stays, listed as
+ * the console's confirmation lists it: their active API tokens (id, start, name, created, last
+ * used) and the subscriptions they made or created with one of those (id, status, target URL,
+ * description, the token). Names and descriptions come as given: escaped (printable).
+ */
+function removalText(removal: Removal, made: OperatorMade): string {
+  const revoked = new Set(removal.tokens_revoked);
+  const disabled = new Set(removal.subscriptions_disabled.map((s) => s.id));
+  const tokenLine = (t: ApiTokenInfo) => `  ${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}\n`;
+  const subscriptionLine = ({ subscription: s, via }: OperatorMade["subscriptions"][number]) =>
+    `  ${s.id}  ${disabled.has(s.id) ? "disabled" : s.status}  ${s.target_url}${s.description === null ? "" : `  ${printable(s.description)}`}${via ? `  created with their API token ${printable(via.name)} (${via.prefix}…)` : ""}\n`;
+  /** listed is a heading with its lines, or nothing without lines: `heading(n, it)` says n of them, "it" or "them". */
+  const listed = <T,>(items: T[], line: (item: T) => string, heading: (n: number, it: string, one: boolean) => string) =>
+    items.length === 0 ? "" : `${heading(items.length, items.length === 1 ? "it" : "them", items.length === 1)}:\n${items.map(line).join("")}`;
+  const madeWith = "they made, or created with one of their API tokens";
+  const tokens =
+    made.tokens.length === 0
+      ? "they made no API token still active\n"
+      : listed(made.tokens.filter((t) => revoked.has(t.id)), tokenLine, (n, it) => `revoked ${plural(n, "API token", "API tokens")} they made (requests with ${it} get 401)`) +
+        listed(made.tokens.filter((t) => !revoked.has(t.id)), tokenLine, (n, it, one) => `${plural(n, "API token", "API tokens")} they made ${one ? "stays" : "stay"} active (revoke ${it} with crm token revoke ID)`);
+  const subscriptions =
+    made.subscriptions.length === 0
+      ? "they made no subscription, themselves or with one of their API tokens\n"
+      : listed(made.subscriptions.filter(({ subscription }) => disabled.has(subscription.id)), subscriptionLine, (n) =>
+          `disabled ${plural(n, "subscription", "subscriptions")} ${madeWith} (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back)`,
+        ) +
+        listed(made.subscriptions.filter(({ subscription }) => !disabled.has(subscription.id)), subscriptionLine, (n, it, one) =>
+          `${plural(n, "subscription", "subscriptions")} ${madeWith}, ${one ? "stays as it is" : "stay as they are"} (pause, disable or delete ${it} on the console's Subscriptions page or with the API)`,
+        );
+  return `removed operator ${removal.operator.id} (${removal.operator.email}); their sessions have ended, and the links they made no longer work\n${tokens}${subscriptions}`;
+}
+
+/**
  * eraseCommand runs `contact erase ID` and `account erase ID`: the API's erasure of a deleted
  * record's earlier events (eraseDeletedRecord). It queues nothing for the delivery loop, so unlike
  * `user delete` it works beside a running serve on SQLite too.
@@ -677,9 +783,12 @@ async function main(argv: string[]): Promise<number> {
       // instances without the URL that made a database whose tokens every instance refused. The default ./data
       // still, as a first run from the repository makes it.
       if (!config.databaseUrl && !dataDirNamedHere(args) && config.dataDir !== DEFAULT_CONFIG.dataDir) requireDatabase(config.dataDir);
-      const db = await openBackend(config);
+      const opened = await openBackend(config);
+      let db: Backend = opened;
       try {
-        const applied = await (db.dialect === "sqlite" ? migrateDataDirectory(db, config) : migrateWithSecretsKey(db, config));
+        let applied: string[];
+        if (opened.dialect === "sqlite") ({ db, applied } = await migrateDataDirectory(opened, config));
+        else applied = await migrateWithSecretsKey(opened, config);
         printOut(applied.length ? `applied ${applied.join(", ")}\n` : "database is up to date\n");
       } finally {
         await db.close();
@@ -718,10 +827,12 @@ async function main(argv: string[]): Promise<number> {
       }
       if (sub === "list") {
         const db = await openConfiguredDatabase(loadCommandConfig(args));
+        const names = await makerNames(db);
         for (const t of await listTokens(db)) {
           const rate = await tokenRate(db, t.id);
           const rateText = rate ? `  rate ${rate.readPerSecond}:${rate.readBurst},${rate.writePerSecond}:${rate.writeBurst}` : "";
-          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
+          const madeBy = printable(madeByText(t.made_by, names));
+          printOut(`${t.id}  ${t.prefix}…  ${printable(t.name)}  created ${t.created_at}  last used ${t.last_used_at ?? "never"}  made by ${madeBy}${rateText}${t.revoked_at ? `  revoked ${t.revoked_at}` : ""}\n`);
         }
         return EXIT.done;
       }
@@ -770,16 +881,12 @@ async function main(argv: string[]): Promise<number> {
         }
         return EXIT.done;
       }
-      if (sub === "unlock" || sub === "remove") {
+      if (sub === "remove") return operatorRemoveCommand(args);
+      if (sub === "unlock") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError(`operator ${sub} needs --email E`);
         const config = loadCommandConfig(args);
         const db = await openConfiguredDatabase(config);
-        if (sub === "remove") {
-          const removed = await removeOperatorByEmail(db, email);
-          printOut(`removed operator ${removed.id} (${removed.email}); their sessions have ended\n`);
-          return EXIT.done;
-        }
         const cleared = await unlockOperator(db, await databaseSecrets(db, config), email);
         printOut(`cleared ${cleared} failed sign-in record${cleared === 1 ? "" : "s"} of ${email.trim().toLowerCase()}\n`);
         return EXIT.done;
@@ -806,7 +913,10 @@ async function main(argv: string[]): Promise<number> {
       if (!file || file.startsWith("-")) throw new ConfigError("usage: backup FILE [--data-dir DIR] (FILE must not exist yet)");
       const config = loadCommandConfig(args);
       if (config.databaseUrl) {
-        process.stderr.write("crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n");
+        // Never the password: an example run as shown would put it in argv, which ps shows to every local user.
+        process.stderr.write(
+          `crm: backup copies the SQLite database of a data directory, and this one is on PostgreSQL (the database URL given by ${config.databaseUrlFrom.named}): back it up with pg_dump, the password in ~/.pgpass (0600) rather than on the command line, which ps shows to every local user: pg_dump --format=custom --file=FILE ${shellWord(urlWithoutPassword(config.databaseUrl))}; keep the secrets key file apart from the dump\n`,
+        );
         return EXIT.refused;
       }
       requireDatabase(config.dataDir);
@@ -865,22 +975,44 @@ function unavailableText(error: unknown): string | null {
 
 /**
  * storageFailureText is the one line of a command the storage refused (a full disk: SQLITE_FULL,
- * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system; a
- * failed sync to disk), which the API answers 503 to: the command exits EXIT.unavailable, as
- * running it again once the operator has acted may succeed. Null for any other error.
+ * PostgreSQL's 53100, ENOSPC writing a file such as the secrets key; a read-only file system:
+ * SQLite's refusal, or EROFS met on the data directory; a failed sync to disk), which the API
+ * answers 503 to: the command exits EXIT.unavailable, as running it again once the operator has
+ * acted may succeed. A migration it stopped is told by its cause and named. Null for any other error.
  */
 function storageFailureText(error: unknown): string | null {
-  const detail = String((error as Error)?.message ?? error).split("\n")[0];
-  switch (errorCode(error) === "ENOSPC" ? "storage-full" : databaseFailureOf(error)) {
+  const cause = error instanceof MigrationFailed ? error.cause : error;
+  const detail = String((cause as Error)?.message ?? cause).split("\n")[0];
+  const stopped = error instanceof MigrationFailed ? `migration ${error.migration} was not applied (those before it were), and nothing more was done` : "nothing more was done";
+  const code = errorCode(cause);
+  switch (code === "ENOSPC" ? "storage-full" : code === "EROFS" ? "storage-read-only" : databaseFailureOf(cause)) {
     case "storage-full":
-      return `no room left on the disk (${detail}); nothing more was done: make room, then run the command again`;
+      return `no room left on the disk (${detail}); ${stopped}: make room, then run the command again`;
     case "storage-read-only":
-      return `the database's storage takes no writes (${detail}): its file or file system is read-only; nothing more was done: make it writable, then run the command again`;
+      return `the database's storage takes no writes (${detail}): its file or file system is read-only; ${stopped}: make it writable, then run the command again`;
     case "storage-failed":
       return `the database's storage failed (${detail}), so the last change may not have been saved: check the disk, then run the command again`;
     default:
       return null;
   }
+}
+
+/** SUBCOMMANDS are the commands whose next word says what they do (token create), named with it when one fails. */
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["token", "user", "operator", "contact", "account", "secrets-key", "import"]);
+
+/**
+ * unexpectedText is what an error no refusal foresaw prints: one line naming the command and the
+ * error, which an operator can act on or report, where the stack's dozen lines of the service's
+ * files said nothing more to them; at --log-level debug (stackShown) the stack follows it.
+ */
+function unexpectedText(error: unknown): string {
+  const args = commandFirst(process.argv.slice(2));
+  const command = args[0] && !args[0].startsWith("-") ? args[0] : "serve";
+  const words = SUBCOMMANDS.has(command) && args[1] && !args[1].startsWith("-") ? `${command} ${args[1]}` : command;
+  const line = `crm: ${printable(words)} failed: ${printable(String(error).split("\n")[0]!)}`;
+  const stack = error instanceof Error ? error.stack : undefined;
+  if (stackShown && stack) return `${line}\n${stack}\n`;
+  return `${line} (run it with CRM_LOG_LEVEL=debug to print its stack)\n`;
 }
 
 main(process.argv.slice(2)).then(
@@ -905,7 +1037,7 @@ main(process.argv.slice(2)).then(
     }
     if (error instanceof ConfigError || error instanceof MigrationFailed) process.stderr.write(`crm: ${error.message}\n`);
     else if (error instanceof ProblemError) process.stderr.write(`crm: ${error.message}\n`);
-    else process.stderr.write(`crm: ${(error as Error)?.stack ?? String(error)}\n`);
+    else process.stderr.write(unexpectedText(error));
     process.exit(EXIT.refused);
   },
 );

@@ -1,5 +1,6 @@
 import type { Server } from "bun";
 import { lookup } from "node:dns/promises";
+import { realpathSync } from "node:fs";
 import { isIP } from "node:net";
 import { relative, resolve } from "node:path";
 import { createApp, createRuntime } from "./app.ts";
@@ -35,20 +36,36 @@ export interface RunningServer {
 const MANUAL_ATTEMPTS_ANSWER_MS = 1000;
 
 /** shellWord quotes a word for a POSIX shell when it needs quoting. */
-function shellWord(word: string): string {
+export function shellWord(word: string): string {
   return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
 /**
- * commandHere is a command line (`words`) as typed on this machine to work on this server's
- * database: the compiled binary by its path, from source `npx bun server/main.ts`, and the
- * server's data directory (null: none, the server's database being PostgreSQL's), so what it
- * creates lands where the server looks for it.
+ * invokedAs is the compiled binary as the operator ran it, when `argv0` (as given) leads to
+ * `executable`: a path (a symlink's, /usr/local/bin/crm -> /opt/crm/crm-VERSION), made absolute,
+ * or a name found on PATH, as it is. A line naming the link runs whatever binary it points to after
+ * the next upgrade; one naming its target, the old binary, refused by the migrated database. Else `executable`.
  */
-export function commandHere(words: string[], dataDir: string | null, entry = Bun.main, executable = process.execPath, cwd = process.cwd()): string {
+function invokedAs(argv0: string, executable: string, cwd: string): string {
+  const given = argv0.includes("/") ? resolve(cwd, argv0) : Bun.which(argv0);
+  try {
+    if (given && realpathSync(given) === realpathSync(executable)) return argv0.includes("/") ? given : argv0;
+  } catch {
+    // A path that no longer leads anywhere (the link moved meanwhile): the binary's own path still does.
+  }
+  return executable;
+}
+
+/**
+ * commandHere is a command line (`words`) as typed on this machine to work on this server's
+ * database: the compiled binary as it was run (invokedAs), from source `npx bun server/main.ts`,
+ * and the server's data directory (null: none, the server's database being PostgreSQL's), so what
+ * it creates lands where the server looks for it.
+ */
+export function commandHere(words: string[], dataDir: string | null, entry = Bun.main, executable = process.execPath, cwd = process.cwd(), argv0 = process.argv0): string {
   const compiled = isEmbeddedPath(entry);
   const fromCwd = relative(cwd, entry);
-  const program = compiled ? [executable] : entry.endsWith("server/main.ts") ? ["npx", "bun", fromCwd.startsWith("..") ? entry : fromCwd] : ["crm"];
+  const program = compiled ? [invokedAs(argv0, executable, cwd)] : entry.endsWith("server/main.ts") ? ["npx", "bun", fromCwd.startsWith("..") ? entry : fromCwd] : ["crm"];
   return [...program, ...words, ...(dataDir === null ? [] : ["--data-dir", resolve(cwd, dataDir)])].map(shellWord).join(" ");
 }
 

@@ -63,8 +63,13 @@ export interface ContactPageView {
   events: WebhookEvent[];
 }
 
-/** contactPage returns a contact with its accounts and assigned users and what was sent about it; a deleted contact still shows its events. Throws 404 when neither exists. */
+/**
+ * contactPage returns a contact with its accounts and assigned users and what was sent about it; a
+ * deleted contact still shows its events. Throws 404 when neither exists, and for another kind's id:
+ * the events about an account or a user would be shown as a deleted contact's, offering an Erase the erasure refuses.
+ */
 export async function contactPage(db: Database, id: string): Promise<ContactPageView> {
+  if (!id.startsWith("con_")) throw notFound("contact", id);
   const contact = await findContact(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!contact && events.length === 0) throw notFound("contact", id);
@@ -78,8 +83,9 @@ export interface AccountPageView {
   events: WebhookEvent[];
 }
 
-/** accountPage returns an account and what was sent about it; a deleted account still shows its events. Throws 404 when neither exists. */
+/** accountPage returns an account and what was sent about it; a deleted account still shows its events. Throws 404 when neither exists, and for another kind's id (as contactPage). */
 export async function accountPage(db: Database, id: string): Promise<AccountPageView> {
+  if (!id.startsWith("acc_")) throw notFound("account", id);
   const account = await findAccount(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!account && events.length === 0) throw notFound("account", id);

@@ -391,6 +391,9 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
         <section class="card">
           <h2>Attempts</h2>
           {d.attempt_history.length === 0 && <p class="muted">No attempt yet.</p>}
+          {d.attempt_history.length > 0 && d.attempt_history[0]!.attempt > 1 && (
+            <p class="muted">The newest {d.attempt_history.length} attempts are shown; attempts 1 to {d.attempt_history[0]!.attempt - 1} are not.</p>
+          )}
           {[...d.attempt_history].reverse().map((a) => (
             <article class="attempt">
               <header>

@@ -24,7 +24,9 @@ export function StatusBadge({ status }: { status: string }) {
 /**
  * FailingNote says, of an active subscription every attempt to which has failed, since when and
  * when it is disabled if that goes on (README, Endpoint health): its badge still says Active.
- * disableAfterHours 0 never disables.
+ * disableAfterHours 0 never disables. A streak already past the limit (the setting lowered since
+ * it began) is disabled at its next failed attempt, which is when the limit is checked: its time
+ * would be one already gone.
  */
 export function FailingNote({ subscription, disableAfterHours }: { subscription: { status: string; failing_since: string | null }; disableAfterHours: number }) {
   if (subscription.status !== "active" || subscription.failing_since === null) return null;
@@ -38,10 +40,17 @@ export function FailingNote({ subscription, disableAfterHours }: { subscription:
     ) : (
       `${disableAfterHours} h after that`
     );
+  const disabled =
+    disableAfterHours === 0 ? (
+      "not disabled automatically (--disable-failing-after-hours is 0)."
+    ) : disablesAt.getTime() <= Date.now() ? (
+      `disabled automatically at its next attempt if that fails too (it has failed for longer than the ${disableAfterHours} h limit).`
+    ) : (
+      <>disabled automatically {when} if every attempt goes on failing.</>
+    );
   return (
     <p class="failing-note">
-      Failing since <Time value={subscription.failing_since} />;{" "}
-      {disableAfterHours === 0 ? "not disabled automatically (--disable-failing-after-hours is 0)." : <>disabled automatically {when} if every attempt goes on failing.</>}
+      Failing since <Time value={subscription.failing_since} />; {disabled}
     </p>
   );
 }

@@ -1,13 +1,14 @@
 /** @jsxImportSource preact */
 import type { ApiTokenInfo } from "../../server/auth/service.ts";
+import { MADE_BY_WORDS, type MakerNames } from "../../server/shared/made-by.ts";
 import type { ListMeta } from "../../server/http/list-query.ts";
 import type { Operator, OperatorSummary, PendingLink } from "../../server/operators/model.ts";
 import type { User } from "../../server/users/model.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { OperatorMade } from "./service.ts";
+import type { OperatorMade } from "../../server/operators/removal.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
-import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
+import { MadeByText } from "../pages/made-by.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -309,7 +310,7 @@ export function operatorsPage(props: {
               <tr>
                 <td data-label="For">{l.email}</td>
                 <td data-label="Link">{l.purpose === "invite" ? "Invitation" : "Password reset"}</td>
-                <td data-label="Made by">{l.created_by ?? <span class="muted">command line</span>}</td>
+                <td data-label="Made by">{l.created_by ?? <span class="muted">{MADE_BY_WORDS.commandLine}</span>}</td>
                 <td data-label="Sent">
                   <Time value={l.created_at} />
                 </td>

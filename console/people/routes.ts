@@ -1,8 +1,9 @@
 import { Elysia, t } from "elysia";
-import { listTokens } from "../../server/auth/service.ts";
+import { listTokens, makerNames } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { requestIdOf } from "../../server/http/request-log.ts";
 import { findOperator, operatorSummaries, pendingLinks, withdrawOperatorLink } from "../../server/operators/service.ts";
+import { operatorMade } from "../../server/operators/removal.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError } from "../../server/shared/problem.ts";
 import { getUser } from "../../server/users/service.ts";
@@ -11,7 +12,7 @@ import type { Refusal } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, countOf, field, flagQuery, IdParam, OptionalForm, problemOf, refusedOnField, signedInConsole } from "../shell.ts";
 import { deleteUserPage, operatorsPage, removeOperatorPage, resetPasswordPage, revokeTokenPage, tokensPage, usersPage, withdrawLinkPage, type OneTimeLink } from "./pages.tsx";
-import { addUserFromForm, contactsAssignedTo, createTokenFromForm, makerNames, operatorMade, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
+import { addUserFromForm, contactsAssignedTo, createTokenFromForm, deleteUserFromForm, inviteFromForm, resetLinkFromForm, removeOperatorFromForm, revokeTokenFromConsole, usersOnPage } from "./service.ts";
 
 const UsersQuery = t.Object(
   { page: t.Optional(t.String({ maxLength: 20 })), added: t.Optional(t.String({ maxLength: 10 })), deleted: t.Optional(t.String({ maxLength: 10 })), unassigned: t.Optional(t.String({ maxLength: 10 })) },

@@ -1,22 +1,19 @@
 import { countContactsAssignedToUser } from "../../server/contacts/store.ts";
 import type { Database, Db } from "../../server/db/sql.ts";
-import { checkTokenName, createApiToken, findToken, listTokens, revokeApiToken, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from "../../server/auth/service.ts";
+import { checkTokenName, createApiToken, findToken, revokeApiToken, type ApiTokenInfo } from "../../server/auth/service.ts";
 import { unknownParameterErrors, type ListMeta } from "../../server/http/list-query.ts";
 import { fieldsChecker, fieldsProblem } from "../../server/http/schema-errors.ts";
 import type { Operator } from "../../server/operators/model.ts";
-import { dropOperator, issueInvite, issueResetLink, operatorSummaries } from "../../server/operators/service.ts";
+import { dropOperatorWith, operatorRemoved, type RemovalChoices } from "../../server/operators/removal.ts";
+import { issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
 import { madeByOperator } from "../../server/shared/made-by.ts";
 import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
-import type { Subscription } from "../../server/webhooks/model.ts";
-import { disableSubscriptionsMadeBy, subscriptionsDisabled, toSubscription } from "../../server/webhooks/service.ts";
-import { listSubscriptionsMadeBy } from "../../server/webhooks/store.ts";
 import { createUserOnce, deleteUser, listUsersPage, type DeletedUser } from "../../server/users/service.ts";
 import type { ConsoleSession } from "../model.ts";
-import type { MakerNames } from "../pages/made-by.tsx";
 import { changeOnceForForm, onceForForm, refusedOnField } from "../shell.ts";
 
 /** createTokenFromForm creates an API token named in the console, made by the signed-in operator, in a write that refuses it if they were removed since (MakerGone); the token is returned once. */
@@ -24,11 +21,6 @@ export function createTokenFromForm(db: Database, operator: Operator, name: stri
   const fault = checkTokenName(name);
   if (fault) throw validationProblem([{ pointer: "/name", detail: fault }], `The name ${fault}.`);
   return db.write((tx) => createApiToken(tx, name.trim(), Date.now(), null, madeByOperator(operator)));
-}
-
-/** makerNames reads what names the makers of tokens and subscriptions (MadeByText): the operators there are now and every API token. */
-export async function makerNames(db: Db): Promise<MakerNames> {
-  return { operators: new Set((await operatorSummaries(db)).map((o) => o.id)), tokens: new Map((await listTokens(db)).map((t) => [t.id, { name: t.name, prefix: t.prefix }])) };
 }
 
 /** revokeTokenFromConsole revokes an API token and forgets its rate limits, or throws 404 when there is no token with that id. */
@@ -120,33 +112,14 @@ async function linkOnceForForm<T>(
 
 /** inviteFromForm makes an invitation link once per form key: sent again, the form shows the same link (with another email, 409). */
 export async function inviteFromForm(rt: Runtime, session: ConsoleSession, email: string, formKey: string): Promise<{ email: string; code: string }> {
-  const { made, code } = await linkOnceForForm(rt, session, { path: "/console/operators", key: formKey, values: { email } }, (tx, code, now) => issueInvite(tx, email, session.operator.id, code, now));
+  const { made, code } = await linkOnceForForm(rt, session, { path: "/console/operators", key: formKey, values: { email } }, (tx, code, now) => issueInvite(tx, email, session.operator, code, now));
   return { email: made, code };
 }
 
 /** resetLinkFromForm makes a password-reset link once per form key: the confirmation sent again shows the same link. */
 export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string): Promise<{ operator: Operator; code: string }> {
-  const { made, code } = await linkOnceForForm(rt, session, { path: `/console/operators/${id}/reset-password`, key: formKey }, (tx, code, now) => issueResetLink(tx, id, session.operator.id, code, now));
+  const { made, code } = await linkOnceForForm(rt, session, { path: `/console/operators/${id}/reset-password`, key: formKey }, (tx, code, now) => issueResetLink(tx, id, session.operator, code, now));
   return { operator: made, code };
-}
-
-/** OperatorMade is what an operator made that is still in use: their active API tokens, and the subscriptions they made or that were created with one of their tokens (that token, null when they made it themselves). */
-export interface OperatorMade {
-  tokens: ApiTokenInfo[];
-  subscriptions: { subscription: Subscription; via: ApiTokenInfo | null }[];
-}
-
-/** operatorMade lists what an operator made (OperatorMade), for their removal's confirmation. */
-export async function operatorMade(db: Db, id: string): Promise<OperatorMade> {
-  const theirs = (await listTokens(db)).filter((t) => t.made_by?.kind === "operator" && t.made_by.id === id);
-  const subscriptions = (await listSubscriptionsMadeBy(db, id)).map((row) => ({ subscription: toSubscription(row), via: theirs.find((t) => t.id === row.created_by) ?? null }));
-  return { tokens: theirs.filter((t) => t.revoked_at === null), subscriptions };
-}
-
-/** RemovalChoices are what an operator's removal also does, as its confirmation's boxes were ticked. */
-export interface RemovalChoices {
-  revokeTokens: boolean;
-  disableSubscriptions: boolean;
 }
 
 /**
@@ -158,18 +131,15 @@ export interface RemovalChoices {
 export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, choices: RemovalChoices, requestId: string): Promise<{ tokens: number; subscriptions: number }> {
   const form = { session, path: `/console/operators/${id}/remove`, key: formKey, values: { revoke_tokens: choices.revokeTokens, disable_subscriptions: choices.disableSubscriptions } };
   const { body, replayed } = await changeOnceForForm(rt, form, async (tx, now) => {
-    const operator = await dropOperator(tx, id);
-    const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
-    const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, requestId, now) : [];
-    return { removed: operator.id, tokens_revoked: revoked, subscriptions_disabled: disabled };
+    const { operator, ...done } = await dropOperatorWith(tx, id, choices, requestId, now);
+    return { removed: operator.id, ...done };
   });
   // An answer kept by an earlier version holds neither list.
   const revoked = body.tokens_revoked ?? [];
   const disabled = body.subscriptions_disabled ?? [];
   if (!replayed) {
-    tokensRevoked(rt.db, revoked);
+    await operatorRemoved(rt.db, { tokens_revoked: revoked, subscriptions_disabled: disabled }, rt.batchRows, (error) => rt.deliveries.unsentRefused(error));
     for (const token of revoked) rt.rateLimits.forgetToken(token);
-    await subscriptionsDisabled(rt, disabled);
   }
   return { tokens: revoked.length, subscriptions: disabled.length };
 }

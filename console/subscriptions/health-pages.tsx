@@ -1,10 +1,10 @@
 /** @jsxImportSource preact */
-import type { MadeBy } from "../../server/shared/made-by.ts";
+import type { MadeBy, MakerNames } from "../../server/shared/made-by.ts";
 import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
+import { MadeByText } from "../pages/made-by.tsx";
 import { DataTable, FailingNote, formatDuration, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 

@@ -6,7 +6,8 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText, type MakerNames } from "../pages/made-by.tsx";
+import { MadeByText } from "../pages/made-by.tsx";
+import type { MakerNames } from "../../server/shared/made-by.ts";
 import { parseTimestamp } from "../../server/shared/time.ts";
 import { consoleFieldTime } from "../shell.ts";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";

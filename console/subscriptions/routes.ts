@@ -2,11 +2,14 @@ import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import type { ProblemError } from "../../server/shared/problem.ts";
+import type { Subscription } from "../../server/webhooks/model.ts";
+import type { ConsoleSession } from "../model.ts";
 import { enableSubscription, getSubscription, getSubscriptionStats, pauseSubscription } from "../../server/webhooks/service.ts";
 import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
-import { makerNames } from "../people/service.ts";
+import { makerNames } from "../../server/auth/service.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {
@@ -185,10 +188,7 @@ export function subscriptionRoutes(rt: Runtime) {
           const preview = await recoveryPreview(db, params.id, query.since, query.until ?? "");
           return htmlResponse(recoverPage({ session, subscription, window: preview, preview }));
         } catch (error) {
-          const failure = problemOf(error, 422);
-          // The fields show what was refused, beside the reason.
-          const refused = { since: consoleTime(query.since), until: consoleTime(query.until ?? "") };
-          return htmlResponse(recoverPage({ session, subscription, window: refused, preview: null, refusal: failure }), failure.status);
+          return refusedRecoverPage(session, subscription, query.since, query.until ?? "", problemOf(error, 422));
         }
       },
       { params: IdParam, query: t.Object({ since: t.Optional(t.String({ maxLength: 40 })), until: t.Optional(t.String({ maxLength: 40 })) }, { additionalProperties: true }) },
@@ -196,11 +196,23 @@ export function subscriptionRoutes(rt: Runtime) {
     .post(
       "/subscriptions/:id/recover",
       async ({ session, params, body }) => {
-        const queued = await recoverFromForm(rt, session, params.id, field(body, "since"), field(body, "until"), field(body, "form_key"));
-        return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
+        const [since, until] = [field(body, "since"), field(body, "until")];
+        try {
+          const queued = await recoverFromForm(rt, session, params.id, since, until, field(body, "form_key"));
+          return redirect(`${CONSOLE_PREFIX}/subscriptions?recovered=${queued}`);
+        } catch (error) {
+          // A window the preview took can be refused moments later: its since passed the 14 days meanwhile.
+          const failure = problemOf(error, 422);
+          return refusedRecoverPage(session, await getSubscription(db, params.id), since, until, failure);
+        }
       },
       { params: IdParam, body: OptionalForm },
     );
+}
+
+/** refusedRecoverPage is the recover form refusing a window: its fields show what was refused, beside the reason. */
+function refusedRecoverPage(session: ConsoleSession, subscription: Subscription, since: string, until: string, failure: ProblemError): Response {
+  return htmlResponse(recoverPage({ session, subscription, window: { since: consoleTime(since), until: consoleTime(until) }, preview: null, refusal: failure }), failure.status);
 }
 
 /** WIZARD_TEST_REFUSALS are the refusals of a wizard's test event its page shows in place of an error page: they say what to do first. */

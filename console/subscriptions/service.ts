@@ -3,7 +3,8 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
-import { madeByOf, madeByOperator, type MadeBy } from "../../server/shared/made-by.ts";
+import { madeByOf, madeByOperator, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
+import { makerNames } from "../../server/auth/service.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
@@ -33,8 +34,6 @@ import type { Operator } from "../../server/operators/model.ts";
 import type { ConsoleSession, DeliveryWatchView } from "../model.ts";
 import { disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
 import { changeOnceForForm, consoleTime, onceForForm } from "../shell.ts";
-import type { MakerNames } from "../pages/made-by.tsx";
-import { makerNames } from "../people/service.ts";
 import { findRotation, insertRotation, listOpenRotations, listSubscriptionMakers, markRotationCompleted, setRotationTestDelivery, type RotationRow } from "./store.ts";
 
 /** RECENT_MS is the span of the success and failure counts on the subscriptions page. */

@@ -11,7 +11,7 @@ import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "..
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { asciiDomain } from "../shared/domains.ts";
+import { asciiDomain, hostName } from "../shared/domains.ts";
 import { nameKey } from "../shared/text.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
 import { detachAccountFromContacts } from "../contacts/service.ts";
@@ -68,11 +68,11 @@ export function accountItemErrors(item: unknown): FieldError[] {
 
 const blankAccount = (now: number): AccountRow => ({ id: newId("acc", now), name: "", name_key: "", domain: null, properties: "{}", version: 1, created_at: now, updated_at: now });
 
-/** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored lowercased, in ASCII form (asciiDomain). */
+/** accountRowFrom merges an input into a row (given fields replace, null clears a further property); the domain is stored as hostName gives it: lowercased, in ASCII form, without a trailing dot. */
 function accountRowFrom(row: AccountRow, input: AccountInput, now: number): AccountRow {
   const properties = JSON.parse(row.properties) as Record<string, unknown>;
   applyPatch(properties, input, KNOWN);
-  const domain = "domain" in input ? (input.domain ? asciiDomain(input.domain) : null) : row.domain;
+  const domain = "domain" in input ? (input.domain ? hostName(input.domain) : null) : row.domain;
   return { ...row, name: input.name, name_key: nameKey(input.name), domain, properties: JSON.stringify(properties), updated_at: now };
 }
 
@@ -94,7 +94,7 @@ const idsOf = (rows: AccountRow[]) => rows.map((row) => row.id).join(", ");
  * naming them, never guessed, and so is a domain whose accounts the name does not tell apart.
  */
 async function matchAccount(db: Db, input: AccountInput): Promise<{ row: AccountRow | null } | { errors: FieldError[] }> {
-  const domain = input.domain ? asciiDomain(input.domain) : null;
+  const domain = input.domain ? hostName(input.domain) : null;
   if (!domain) {
     const rows = await accountsWith(db, { name: input.name });
     if (rows.length <= 1) return { row: rows[0] ?? null };
@@ -181,10 +181,14 @@ export async function getAccount(db: Db, id: string): Promise<Account> {
   return account;
 }
 
-/** domainFilter reads the `domain` parameter in its stored, ASCII form, refusing a name in Unicode that IDNA cannot convert (it could find nothing). */
+/**
+ * domainFilter reads the `domain` parameter in its stored form (hostName), refusing a name in Unicode
+ * that IDNA cannot convert (it could find nothing). A value that is no host name is compared in its
+ * ASCII form as given: domains stored before hostName was enforced ("..") are still found by it.
+ */
 function domainFilter(value: string | undefined): string | undefined {
   if (value === undefined) return undefined;
-  const domain = asciiDomain(value);
+  const domain = hostName(value) ?? asciiDomain(value);
   if (domain === null) throw validationProblem([{ parameter: "domain", detail: "must be a domain name like example.com" }]);
   return domain;
 }

@@ -3,6 +3,7 @@ import type { Db, MigrationWarn } from "../db/sql.ts";
 import { keysetOrder, pageSelect, unindexed } from "../db/keyset.ts";
 import type { CursorPosition, SortDirection } from "../http/list-query.ts";
 import type { AccountSort } from "./model.ts";
+import { hostName } from "../shared/domains.ts";
 import { nameKey } from "../shared/text.ts";
 
 export type AccountRow = {
@@ -105,6 +106,70 @@ export async function keyPostgresAccountNames(db: Db, warn: MigrationWarn): Prom
   const { changes, joined } = accountNameRekeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts ORDER BY id"));
   for (const { id, key } of changes) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);
   warnJoinedNames(joined, warn);
+}
+
+type DomainRow = Pick<AccountRow, "id" | "name" | "domain">;
+
+/** SELECT_DOMAINS lists the accounts that have a domain. */
+const SELECT_DOMAINS = "SELECT id, name, domain FROM accounts WHERE domain IS NOT NULL ORDER BY id";
+/** SELECT_BY_DOMAIN lists the accounts of one domain, by id. */
+const SELECT_BY_DOMAIN = "SELECT id, name FROM accounts WHERE domain = ? ORDER BY id";
+
+/** DOMAINS_JOINED is the warning of migration 0048 when the domain it gives an account is another's too. */
+const DOMAINS_JOINED =
+  "migration: these accounts have one domain now that a trailing dot is dropped from it, so a batch upsert or crm import of that domain picks among them by name, and refuses an item whose name none or several of them have: give each its own domain, or keep one and delete the others (README, Upgrading)";
+
+/** NOT_HOST_NAMES is the warning of migration 0048 naming the stored domains that are no host name. */
+const NOT_HOST_NAMES =
+  "migration: these accounts' domains are no host name, kept as they are: a batch upsert or crm import no longer matches an account by such a domain, and a PATCH sending it is refused; give each its real domain or null (README, Upgrading)";
+
+/** NOT_HOST_NAMES_LISTED is how many accounts the NOT_HOST_NAMES warning names; `count` says how many there are. */
+const NOT_HOST_NAMES_LISTED = 100;
+
+/**
+ * domainRepairs reads the stored domains as hostName does: the host names spelt with a trailing
+ * dot get the domain it stores (no version, updated_at or event changes: with or without the dot
+ * it is the same DNS name); the others hostName refuses are left as stored, and named.
+ */
+function domainRepairs(rows: DomainRow[]): { changes: { id: string; domain: string }[]; notHostNames: DomainRow[] } {
+  const changes: { id: string; domain: string }[] = [];
+  const notHostNames: DomainRow[] = [];
+  for (const row of rows) {
+    const domain = hostName(row.domain!);
+    if (domain === null) notHostNames.push(row);
+    else if (domain !== row.domain) changes.push({ id: row.id, domain });
+  }
+  return { changes, notHostNames };
+}
+
+type DomainAccounts = { domain: string; accounts: Pick<AccountRow, "id" | "name">[] };
+
+/** changedDomains are the domains domainRepairs gives, once each, in order. */
+const changedDomains = (repairs: ReturnType<typeof domainRepairs>) => [...new Set(repairs.changes.map((change) => change.domain))];
+
+/** warnOfDomains warns of each changed domain several accounts now have, and of the domains that are no host name. */
+function warnOfDomains(changed: DomainAccounts[], notHostNames: DomainRow[], warn: MigrationWarn): void {
+  for (const { domain, accounts } of changed) if (accounts.length > 1) warn(DOMAINS_JOINED, { domain, accounts });
+  if (notHostNames.length > 0) warn(NOT_HOST_NAMES, { count: notHostNames.length, accounts: notHostNames.slice(0, NOT_HOST_NAMES_LISTED) });
+}
+
+/** dropDomainTrailingDots stores without its trailing dot each account domain that is a host name spelt with one, warning of a domain several accounts then share and of the domains that are no host name (the backfill of migration 0048). */
+// sqlite-only: migrations run synchronously on the writer connection.
+export function dropDomainTrailingDots(db: SqliteConnection, warn: MigrationWarn): void {
+  const repairs = domainRepairs(db.query<DomainRow, []>(SELECT_DOMAINS).all());
+  const update = db.query("UPDATE accounts SET domain = ? WHERE id = ?");
+  for (const { id, domain } of repairs.changes) update.run(domain, id);
+  const byDomain = db.query<Pick<AccountRow, "id" | "name">, [string]>(SELECT_BY_DOMAIN);
+  warnOfDomains(changedDomains(repairs).map((domain) => ({ domain, accounts: byDomain.all(domain) })), repairs.notHostNames, warn);
+}
+
+/** dropPostgresDomainTrailingDots is dropDomainTrailingDots on PostgreSQL, inside the migration's transaction. */
+export async function dropPostgresDomainTrailingDots(db: Db, warn: MigrationWarn): Promise<void> {
+  const repairs = domainRepairs(await db.all<DomainRow>(SELECT_DOMAINS));
+  for (const { id, domain } of repairs.changes) await db.run("UPDATE accounts SET domain = ? WHERE id = ?", [domain, id]);
+  const changed: DomainAccounts[] = [];
+  for (const domain of changedDomains(repairs)) changed.push({ domain, accounts: await db.all<Pick<AccountRow, "id" | "name">>(SELECT_BY_DOMAIN, [domain]) });
+  warnOfDomains(changed, repairs.notHostNames, warn);
 }
 
 /**

@@ -2,8 +2,8 @@ import type { Database, Db } from "../db/sql.ts";
 import { makeRoom, MAX_TRACKED_KEYS, type TokenRate } from "../limits/rate-limiter.ts";
 import { sameBytes, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
-import { findOperatorById } from "../operators/store.ts";
-import { madeByColumns, madeByOf, type MadeBy } from "../shared/made-by.ts";
+import { findOperatorById, listOperators } from "../operators/store.ts";
+import { madeByColumns, madeByOf, type MadeBy, type MakerNames } from "../shared/made-by.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { codePointName } from "../shared/text.ts";
 import { toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
@@ -116,6 +116,11 @@ export async function createApiToken(db: Db, name: string, now = Date.now(), rat
 /** listTokens returns every token's metadata (never the token). */
 export async function listTokens(db: Db): Promise<ApiTokenInfo[]> {
   return (await listApiTokens(db)).map(toInfo);
+}
+
+/** makerNames reads what names the makers of tokens and subscriptions (madeByText, the console's MadeByText): the operators there are now and every API token. */
+export async function makerNames(db: Db): Promise<MakerNames> {
+  return { operators: new Set((await listOperators(db)).map((o) => o.id)), tokens: new Map((await listTokens(db)).map((t) => [t.id, { name: t.name, prefix: t.prefix }])) };
 }
 
 /** revokeApiToken revokes a token by id, and forgets its last use; false when no active token has that id. */

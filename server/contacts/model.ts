@@ -19,6 +19,9 @@ import {
   MAX_RELATED_IDS,
   MAX_TAGS,
   MAX_TAG_LENGTH,
+  MAX_INCLUDE_PAGE_BYTES,
+  IN_ASCII_FORM,
+  byteSize,
 } from "../limits/limits.ts";
 
 /** CONTACT_SORTS are the fields a contact list can be sorted by. */
@@ -89,8 +92,8 @@ const contactFields = {
   first_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
   last_name: nullable(t.String({ maxLength: MAX_NAME_LENGTH, description: NFC_STORED }), NAME_ERROR),
   email: nullable(
-    t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION }),
-    emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null`),
+    t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: `${EMAIL_DESCRIPTION} At most ${MAX_EMAIL_LENGTH} characters in that form.` }),
+    emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}, or null`),
   ),
   phone: nullable(t.String({ maxLength: MAX_PHONE_LENGTH }), `must be a string of at most ${MAX_PHONE_LENGTH} characters, or null`),
   external_id: nullable(
@@ -165,7 +168,7 @@ export type Contact = typeof Contact.static;
 
 /** IncludeParam documents the `include` parameter of contact reads. */
 export const IncludeParam = t.Optional(
-  t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: "Relations to embed: accounts, assigned_user, assigned_users." }),
+  t.String({ pattern: "^(accounts|assigned_user|assigned_users)(,(accounts|assigned_user|assigned_users))*$", error: "must be a comma-separated list of: accounts, assigned_user, assigned_users", description: `Relations to embed, each in full in every contact that links it: accounts, assigned_user, assigned_users. A page of the list with include is at most ${byteSize(MAX_INCLUDE_PAGE_BYTES)} as JSON: a page by cursor ends before per_page where the next contact would pass that, its next_cursor going on from there; a page by number that would pass it is 422 naming per_page and how many of its contacts fit. One contact with every relation at every limit takes about 7 MB.` }),
 );
 
 export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
@@ -179,6 +182,8 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
     t.String({
       minLength: 1,
       maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1),
+      // The service refuses an empty list item and a tag too long itself (parseTagFilter); the document says so with a pattern.
+      ...documentAs({ type: "string", minLength: 1, maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1), pattern: `^[^,]{1,${MAX_TAG_LENGTH}}(,[^,]{1,${MAX_TAG_LENGTH}})*$` }),
       error: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`,
       description: "Only contacts carrying every one of these tags (exact, case-sensitive, in Unicode NFC as tags are stored): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
     }),

@@ -7,9 +7,9 @@ import { ProblemError, notFound, validationProblem, type FieldError } from "../s
 import type { BatchResult } from "../batch/model.ts";
 import type { BatchKind } from "../batch/service.ts";
 import { schemaChecker } from "../http/schema-errors.ts";
-import { toJsonText, type JsonText } from "../http/json-text.ts";
+import type { JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
-import { listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
+import { cursorAfter, listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
@@ -18,7 +18,7 @@ import { notBefore, toTimestamp } from "../shared/time.ts";
 import { missingUserIds, usersByIds } from "../users/service.ts";
 import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
-import { MAX_EMAIL_LENGTH, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
@@ -545,7 +545,7 @@ export async function getContact(db: Database, id: string, query: Record<string,
 
 /** emailFilter reads the `email` parameter, refusing an address the service never stores for its non-ASCII text (it could find nothing): the store compares its ASCII form. */
 function emailFilter(value: string | undefined): string | undefined {
-  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`)({ value }) }]);
+  if (value !== undefined && unstorableUnicodeEmail(value)) throw validationProblem([{ parameter: "email", detail: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`)({ value }) }]);
   return value;
 }
 
@@ -673,6 +673,30 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
+/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,750 characters. */
+const PAGE_ENVELOPE_BYTES = 4 * 1024;
+
+/**
+ * contactTextsWithin serialises contacts in order while together, with the commas between, they
+ * take at most `room` bytes of JSON; the first always, which the limits keep to about 7 MB.
+ */
+function contactTextsWithin(contacts: Contact[], room: number): string[] {
+  const texts: string[] = [];
+  let bytes = 0;
+  for (const contact of contacts) {
+    const text = JSON.stringify(contact);
+    bytes += Buffer.byteLength(text) + 1;
+    if (texts.length > 0 && bytes > room) break;
+    texts.push(text);
+  }
+  return texts;
+}
+
+/** includePageRefusal is the detail of a page by number whose contacts, with what include embeds, pass MAX_INCLUDE_PAGE_BYTES after the first `fit`. */
+function includePageRefusal(fit: number): string {
+  return `is more than fit in a page with include: a page is at most ${byteSize(MAX_INCLUDE_PAGE_BYTES)} as JSON, and only the first ${fit} contacts of this one fit; ask per_page=${fit} or fewer, or page by cursor (a page by cursor ends before per_page instead, its next_cursor going on from there)`;
+}
+
 /** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
 export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
   const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
@@ -704,10 +728,18 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     const told = counted ?? pageTotal(list, read);
     if (told === null && outsideSnapshot) return MOVED;
     const matches = told ?? (await countContacts(source, filters));
-    const meta = listMeta(list, matches, read, (row: ContactVersion) => row[list.sortBy] as SortValue, query, CONTACT_FILTERS);
+    const sortValueOf = (row: ContactVersion) => row[list.sortBy] as SortValue;
+    const meta = listMeta(list, matches, read, sortValueOf, query, CONTACT_FILTERS);
     if (include.length > 0) {
       const data = await renderContacts(source, rows as ContactRow[], include);
-      return data === MOVED ? MOVED : toJsonText({ data, meta });
+      if (data === MOVED) return MOVED;
+      const texts = contactTextsWithin(data, MAX_INCLUDE_PAGE_BYTES - PAGE_ENVELOPE_BYTES);
+      if (texts.length < data.length) {
+        // A page by number that ended early would shift every later one: the next would skip the rest of this one.
+        if (!list.cursor) throw validationProblem([{ parameter: "per_page", detail: includePageRefusal(texts.length) }]);
+        meta.next_cursor = cursorAfter(list, rows[texts.length - 1]!, sortValueOf, query, CONTACT_FILTERS);
+      }
+      return `{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>;
     }
     const texts = await renderedContacts(db, source, rows);
     return texts === MOVED ? MOVED : (`{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>);

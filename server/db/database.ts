@@ -1,6 +1,7 @@
-import { Database as SqliteConnection, SQLiteError, type SQLQueryBindings, type Statement } from "bun:sqlite";
+import { Database as SqliteConnection, SQLiteError, constants as sqliteFlags, type SQLQueryBindings, type Statement } from "bun:sqlite";
 import { accessSync, chmodSync, constants, existsSync, rmSync, statSync, type BigIntStats } from "node:fs";
 import { dirname, join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { ConfigError, type Synchronous } from "../config.ts";
 import type { Logger } from "../shared/log.ts";
 import { createOwnerOnlyFileIfAbsent, fileErrorText, giveToFolderOwner, makeOwnerOnlyDirectory, notOwnedText } from "../shared/files.ts";
@@ -577,9 +578,14 @@ function createDatabaseFile(path: string): boolean {
  * every connection needs. "full" (the default) syncs the WAL on every commit, so an answered write
  * survives power loss; group commit makes that one sync per batch of concurrent writes rather
  * than one per request. An in-memory database has one connection for both. Its files are made
- * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod.
+ * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod,
+ * or one on a file system that takes no writes (openImmutable).
  */
 export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
+  if (copying && takesNoWrites(dirname(path)) && !existsSync(`${path}-wal`)) {
+    const file = openImmutable(path);
+    return new SqliteDatabase(file, file, path);
+  }
   const owned = path !== ":memory:" && !copying;
   // 0600 before SQLite opens it, not made so after: a descriptor another user took meanwhile would
   // read the file for good. SQLite gives the journal, WAL and shared-memory files it creates the database's mode.
@@ -601,6 +607,32 @@ export function openDatabase(path: string, synchronous: Synchronous = "full", { 
   return new SqliteDatabase(writer, reader, path);
 }
 
+/** takesNoWrites tells whether a directory is on a file system that takes no writes: mounted read-only, or turned so by the kernel after a disk error. */
+function takesNoWrites(directory: string): boolean {
+  try {
+    accessSync(directory, constants.W_OK);
+    return false;
+  } catch (error) {
+    return errorCode(error) === "EROFS";
+  }
+}
+
+/**
+ * openImmutable opens, to copy it, a database closed cleanly (no WAL beside it: all of it is in the
+ * file) on a file system that takes no writes, where SQLite could create no WAL or shared memory
+ * to open it otherwise: immutable, it reads the file as it is and takes no lock, which nothing
+ * there can write anyway. A WAL left beside it (a serve killed, or the file system turned
+ * read-only under it) holds commits the file lacks: SQLite then opens it read-only as usual.
+ */
+function openImmutable(path: string): StatementCachingDatabase {
+  try {
+    return new StatementCachingDatabase(`${pathToFileURL(path).href}?immutable=1`, sqliteFlags.SQLITE_OPEN_READONLY | sqliteFlags.SQLITE_OPEN_URI);
+  } catch (error) {
+    if (!(error instanceof SQLiteError)) throw error;
+    throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
+  }
+}
+
 /**
  * openReadOnlyConnection opens a connection that only reads the SQLite file (the reader, the read
  * lane's). Given `file`, the one the service opened, it throws DatabaseReplaced unless the path
@@ -613,9 +645,15 @@ export function openReadOnlyConnection(path: string, synchronous: Synchronous = 
   return reader;
 }
 
+/** STORAGE_FAULTS are the codes of a file system that takes no writes (EROFS) or has no room left (ENOSPC). */
+const STORAGE_FAULTS = new Set(["EROFS", "ENOSPC"]);
+
 /**
  * databasePath returns the SQLite file inside a data directory, creating the directory (0700) if
- * needed; a directory that cannot be used is a ConfigError, reported as one line naming the setting.
+ * needed and making its crm.lock 0600 (tightenLockFile); a directory that cannot be used is a
+ * ConfigError, reported as one line naming the setting. A file system that takes no writes (EROFS)
+ * or has no room (ENOSPC) is no fault of the setting: its error is thrown as it is, a storage fault
+ * the command line tells as such (exit 3).
  */
 export function databasePath(dataDir: string): string {
   try {
@@ -623,9 +661,31 @@ export function databasePath(dataDir: string): string {
     if (!statSync(dataDir).isDirectory()) throw new Error("it is not a directory");
     accessSync(dataDir, constants.R_OK | constants.W_OK);
   } catch (error) {
+    if (STORAGE_FAULTS.has(errorCode(error) ?? "")) throw error;
     throw new ConfigError(`invalid data directory ${JSON.stringify(dataDir)} (--data-dir, CRM_DATA_DIR): ${notOwnedText(dataDir, dataDir) ?? (error as Error).message}`);
   }
+  tightenLockFile(dataDir);
   return databaseFile(dataDir);
+}
+
+/**
+ * tightenLockFile makes a data directory's crm.lock 0600 at every start and command: a crm before
+ * made it under the umask (0644), and only one that takes the lock (lockDataDirectory) made it
+ * 0600, while in a directory others may enter (one made before crm, 0755) a user who may read
+ * it may hold a read lock on it, which stops serve's claim.
+ * Another user's is left for lockDataDirectory to refuse, naming its owner: a command that takes
+ * no lock goes on.
+ */
+function tightenLockFile(dataDir: string): void {
+  const path = dataDirectoryLockFile(dataDir);
+  const stat = statSync(path, { throwIfNoEntry: false });
+  if (!stat?.isFile() || (stat.mode & 0o777) === 0o600) return;
+  try {
+    chmodSync(path, 0o600);
+  } catch (error) {
+    // Another user's lock stays as it is (whatever takes it names its owner), and a read-only file system takes no chmod.
+    if (errorCode(error) !== "EPERM" && errorCode(error) !== "EROFS") throw error;
+  }
 }
 
 /**
@@ -655,6 +715,29 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
   }
   const held = lock;
   return () => held.close();
+}
+
+/**
+ * databaseOpenElsewhere tells whether another process has the SQLite file at `path` open, whether
+ * or not it holds crm.lock (a serve from before 2026-11-27 takes none). In WAL mode every connection
+ * holds a shared lock on the file from its first read until it closes, and a connection in
+ * EXCLUSIVE locking mode takes an exclusive one at its first read, refused while any is held. This
+ * process must have no connection of its own open on the file: SQLite counts its locks too.
+ */
+export function databaseOpenElsewhere(path: string): boolean {
+  let probe: SqliteConnection | undefined;
+  try {
+    probe = new SqliteConnection(path, { readwrite: true });
+    probe.run("PRAGMA busy_timeout = 0");
+    probe.run("PRAGMA locking_mode = EXCLUSIVE");
+    probe.query("SELECT count(*) FROM sqlite_master").get();
+    return false;
+  } catch (error) {
+    if (isSqliteBusy(error)) return true;
+    throw error;
+  } finally {
+    probe?.close();
+  }
 }
 
 /** dataDirectoryLockFile is the file lockDataDirectory holds locked in a data directory. */

@@ -1,5 +1,5 @@
 import type { Database } from "bun:sqlite";
-import { addMissingAccountVersion, keyAccountNames } from "../accounts/store.ts";
+import { addMissingAccountVersion, dropDomainTrailingDots, keyAccountNames } from "../accounts/store.ts";
 import { keyContactNames, normalizeStoredNamesAndTags } from "../contacts/store.ts";
 // Imported as text so `bun build --compile` embeds them: the binary needs no files beside it.
 import foundation from "../../migrations/0001_foundation.sql" with { type: "text" };
@@ -48,6 +48,7 @@ import headerSetsByAttempt from "../../migrations/0044_header_sets_by_attempt.sq
 import contactNameSortKeys from "../../migrations/0045_contact_name_sort_keys.sql" with { type: "text" };
 import erasedEvents from "../../migrations/0046_erased_events.sql" with { type: "text" };
 import tokenAndSubscriptionMakers from "../../migrations/0047_token_and_subscription_makers.sql" with { type: "text" };
+import accountDomainsWithoutTrailingDot from "../../migrations/0048_account_domains_without_trailing_dot.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -119,6 +120,7 @@ export const MIGRATIONS: Migration[] = [
   { version: 45, name: "0045_contact_name_sort_keys.sql", sql: contactNameSortKeys, backfill: keyContactNames },
   { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
   { version: 47, name: "0047_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
+  { version: 48, name: "0048_account_domains_without_trailing_dot.sql", sql: accountDomainsWithoutTrailingDot, backfill: (db, context) => dropDomainTrailingDots(db, context.warn) },
 ];
 
 function ensureMigrationsTable(db: Database): void {
@@ -184,10 +186,19 @@ export function heldWarnings(name: string): { warn: MigrationWarn; release: (to:
 }
 
 /** MigrationFailed is a migration that failed and was rolled back whole; main prints its message as one line. */
-export class MigrationFailed extends Error {}
+export class MigrationFailed extends Error {
+  constructor(
+    /** migration is the failed migration's name (those before it stay applied) */
+    readonly migration: string,
+    message: string,
+    options?: ErrorOptions,
+  ) {
+    super(message, options);
+  }
+}
 
 /** migrationFailure names the migration an error stopped, unless the error already speaks for itself (a setting to fix). */
 export function migrationFailure(name: string, error: unknown): unknown {
   if (error instanceof ConfigError) return error;
-  return new MigrationFailed(`migration ${name} failed, and nothing of it was applied (the database is as it was): ${(error as Error)?.message ?? String(error)}`, { cause: error });
+  return new MigrationFailed(name, `migration ${name} failed, and nothing of it was applied (the database is as it was): ${(error as Error)?.message ?? String(error)}`, { cause: error });
 }

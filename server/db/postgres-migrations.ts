@@ -19,7 +19,7 @@ import deliveryKindHours from "../../migrations/postgres/0032_delivery_kind_hour
 import wizardTestsSignedTwice from "../../migrations/postgres/0033_wizard_tests_signed_twice.sql" with { type: "text" };
 import accountNameCaseFold from "../../migrations/postgres/0034_account_name_case_fold.sql" with { type: "text" };
 import sortKeysInByteOrder from "../../migrations/postgres/0035_sort_keys_in_byte_order.sql" with { type: "text" };
-import { keyPostgresAccountNames } from "../accounts/store.ts";
+import { dropPostgresDomainTrailingDots, keyPostgresAccountNames } from "../accounts/store.ts";
 import { keyPostgresContactNames, normalizePostgresNamesAndTags } from "../contacts/store.ts";
 import type { Db, MigrationWarn } from "./sql.ts";
 import tombstoneHorizons from "../../migrations/postgres/0036_tombstone_horizons.sql" with { type: "text" };
@@ -34,6 +34,7 @@ import headerSetsByAttempt from "../../migrations/postgres/0044_header_sets_by_a
 import contactNameSortKeys from "../../migrations/postgres/0045_contact_name_sort_keys.sql" with { type: "text" };
 import erasedEvents from "../../migrations/postgres/0046_erased_events.sql" with { type: "text" };
 import tokenAndSubscriptionMakers from "../../migrations/postgres/0047_token_and_subscription_makers.sql" with { type: "text" };
+import accountDomainsWithoutTrailingDot from "../../migrations/postgres/0048_account_domains_without_trailing_dot.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -86,6 +87,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 45, name: "0045_contact_name_sort_keys.sql", sql: contactNameSortKeys, backfill: keyPostgresContactNames },
   { version: 46, name: "0046_erased_events.sql", sql: erasedEvents },
   { version: 47, name: "0047_token_and_subscription_makers.sql", sql: tokenAndSubscriptionMakers },
+  { version: 48, name: "0048_account_domains_without_trailing_dot.sql", sql: accountDomainsWithoutTrailingDot, backfill: dropPostgresDomainTrailingDots },
 ];
 
 /**
@@ -167,6 +169,7 @@ function lockWaitOutlasted(name: string, urlFrom: string, lockTimeoutMs: number,
     ? `blocking sessions: ${sessions.map((s) => `pid ${s.pid} (application ${s.application || "unnamed"}, role ${s.role}, client ${s.client ?? "local"}, ${s.state}, in a transaction for ${s.transaction_seconds ?? 0} s)`).join(", ")}`
     : `the blocking sessions ${blockers?.blocking_sessions_unknown ? `could not be read (${blockers.blocking_sessions_unknown})` : "were not read"}: look for long transactions in pg_stat_activity (ORDER BY xact_start)`;
   return new MigrationFailed(
+    name,
     `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: it waited ${lockTimeoutMs / 1000} s for a lock other sessions hold (a transaction left open, a long query, a VACUUM FULL), given up by its lock_timeout; ${named}; end them (SELECT pg_terminate_backend(pid)) or let them finish, then start again`,
     { cause },
   );
@@ -192,5 +195,5 @@ function migrationStepFailure(name: string, urlFrom: string, error: unknown): un
   if (error instanceof ConfigError || error instanceof MigrationFailed) return error;
   const hint = MIGRATION_STEP_HINTS[sqlStateOf(error) ?? ""];
   const text = `cannot migrate the PostgreSQL database (${urlFrom}) to ${name}, and nothing of it was applied: ${(error as Error)?.message ?? String(error)}`;
-  return new MigrationFailed(hint ? `${text}; ${hint}` : text, { cause: error });
+  return new MigrationFailed(name, hint ? `${text}; ${hint}` : text, { cause: error });
 }

@@ -3,7 +3,7 @@
 import { toOpenAPISchema } from "@elysiajs/openapi/openapi";
 import type { AnyElysia, TSchema } from "elysia";
 import { Kind, OptionalKind } from "@sinclair/typebox";
-import { UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
+import { ENTITY_TAGS_PATTERN, UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
 import { SAFE_REQUEST_ID } from "../http/request-log.ts";
 import { canonicalJson } from "../idempotency/service.ts";
 import { tidyDocument, withFieldDescriptions, withLengthCounting } from "./document.ts";
@@ -27,6 +27,8 @@ export interface Documentation {
   schemas: Record<string, TSchema>;
   /** the OpenAPI 3.1 top-level `webhooks`: requests the service makes to receivers */
   webhooks?: Record<string, unknown>;
+  /** the tags operations and webhooks are grouped by, each with what its group is about */
+  tags: { name: string; description: string }[];
 }
 
 type Json = Record<string, any>;
@@ -349,11 +351,11 @@ function documentProtocolHeaders(document: Json): void {
             in: "header",
             name: "if-match",
             required: false,
-            schema: withLengthCounting({ type: "string", maxLength: 1000 }),
+            schema: withLengthCounting({ type: "string", maxLength: 1000, pattern: ENTITY_TAGS_PATTERN }),
             description: `${unversioned}: any entity tag answers 412 and changes nothing; * lets the write through.`,
           },
           ...(member
-            ? [{ in: "header", name: "if-none-match", required: false, schema: withLengthCounting({ type: "string", maxLength: 1000 }), description: "* answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through." }]
+            ? [{ in: "header", name: "if-none-match", required: false, schema: withLengthCounting({ type: "string", maxLength: 1000, pattern: ENTITY_TAGS_PATTERN }), description: "* answers 412 and changes nothing, as the resource exists; entity tags, which it cannot match, let the write through." }]
             : []),
         ];
         responses["412"] ??= problemResponse(`Precondition Failed: If-Match named an entity tag, which no unversioned resource can match${member ? ", or If-None-Match was *" : ""}.`);
@@ -400,7 +402,7 @@ function signedWebhooksNeedNoCredentials(document: Json): void {
 const cache = new WeakMap<AnyElysia, { routeCount: number; document: Json }>();
 
 /** openApiDocument builds the OpenAPI 3.1 document of every route the app serves (cached until routes change). */
-export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas, webhooks }: Documentation): Json {
+export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas, webhooks, tags }: Documentation): Json {
   const routeCount = (app as unknown as { getGlobalRoutes(): unknown[] }).getGlobalRoutes().length;
   const hit = cache.get(app);
   if (hit?.routeCount === routeCount) return hit.document;
@@ -408,7 +410,7 @@ export function openApiDocument(app: AnyElysia, { info, securitySchemes, schemas
   const { paths, components } = toOpenAPISchema(routeTable(app));
   // Relative: the API is served by the server that serves this document, whatever its public address.
   const servers = [{ url: "/", description: "This server" }];
-  const document: Json = { openapi: "3.1.2", info, servers, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, headers: SHARED_HEADERS, securitySchemes } };
+  const document: Json = { openapi: "3.1.2", info, servers, tags, paths, ...(webhooks ? { webhooks } : {}), components: { ...components, headers: SHARED_HEADERS, securitySchemes } };
   fixResponses(document);
   addGuardResponses(document);
   signedWebhooksNeedNoCredentials(document);

@@ -279,8 +279,13 @@ export function listMeta<S extends string>(
     last_page: Math.max(1, Math.ceil(total / list.perPage)),
     per_page: list.perPage,
     total,
-    next_cursor: last && hasMore ? encodeCursor(list.sortBy, list.direction, filterDigest(filters, filterNames), { value: sortValueOf(last as never), id: last.id }) : null,
+    next_cursor: last && hasMore ? cursorAfter(list, last, sortValueOf, filters, filterNames) : null,
   };
+}
+
+/** cursorAfter is the cursor of the page that follows `row` in a list: listMeta's next_cursor, or that of a page ending before per_page. */
+export function cursorAfter<S extends string>(list: ListQuery<S>, row: { id: string }, sortValueOf: (row: never) => SortValue, filters: Record<string, unknown>, filterNames: readonly string[]): string {
+  return encodeCursor(list.sortBy, list.direction, filterDigest(filters, filterNames), { value: sortValueOf(row as never), id: row.id });
 }
 
 /** ListMetaSchema documents the pagination metadata. */

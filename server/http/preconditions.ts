@@ -1,23 +1,29 @@
 import { Elysia, t } from "elysia";
 import { ProblemError, validationProblem } from "../shared/problem.ts";
-import { IdempotencyKeyHeader } from "./openapi-docs.ts";
+import { documentAs, IdempotencyKeyHeader } from "./openapi-docs.ts";
 import { versionTag, type EntityTags, type VersionCondition } from "../shared/version-condition.ts";
+
+// One entity tag in a list, as the pattern below reads it: the comma is left out of its opaque part, as the list is split at commas first.
+const LISTED_TAG = '(W/)?"[\\x21\\x23-\\x2b\\x2d-\\x7e\\x80-\\xff]*"';
+
+/**
+ * ENTITY_TAGS_PATTERN is what listedTags reads, as the OpenAPI document states it: * alone, or entity
+ * tags separated by commas, empty list elements allowed around at least one tag. So a client's
+ * validator refuses what the service answers 422 (an unquoted 3, an empty value).
+ */
+export const ENTITY_TAGS_PATTERN = `^(\\s*\\*\\s*|(\\s*,)*\\s*${LISTED_TAG}(\\s*,(\\s*${LISTED_TAG})?)*\\s*)$`;
+
+/** conditionHeader is a precondition header's schema: the service reads its entity tags itself (notEntityTags), the document states them as ENTITY_TAGS_PATTERN. */
+function conditionHeader(description: string, maxLength?: number) {
+  const length = maxLength === undefined ? {} : { maxLength };
+  return t.Optional(t.String({ ...length, description, ...documentAs({ type: "string", ...length, pattern: ENTITY_TAGS_PATTERN }) }));
+}
 
 /** ConditionHeaders documents the optional If-Match and If-None-Match request headers of a write to a versioned resource. */
 export const ConditionHeaders = t.Object(
   {
-    "if-match": t.Optional(
-      t.String({
-        maxLength: 1000,
-        description: 'Write only if the stored version is this one: the ETag of your last read ("3"), several separated by commas, or * for any. Otherwise 412, and nothing changes.',
-      }),
-    ),
-    "if-none-match": t.Optional(
-      t.String({
-        maxLength: 1000,
-        description: 'Write only if the stored version is none of these: entity tags ("3", and W/"3" alike), separated by commas, or * to write only if it does not exist. Otherwise 412, and nothing changes.',
-      }),
-    ),
+    "if-match": conditionHeader('Write only if the stored version is this one: the ETag of your last read ("3"), several separated by commas, or * for any. Otherwise 412, and nothing changes.', 1000),
+    "if-none-match": conditionHeader('Write only if the stored version is none of these: entity tags ("3", and W/"3" alike), separated by commas, or * to write only if it does not exist. Otherwise 412, and nothing changes.', 1000),
   },
   { additionalProperties: true },
 );
@@ -30,11 +36,7 @@ export const ReadConditionHeaders = t.Object(
   {
     // No maxLength, unlike the writes': a read that sends no ETag ignores the header, and one of an id
     // that does not exist is 404, however long it is (the request's header limit bounds it).
-    "if-none-match": t.Optional(
-      t.String({
-        description: 'Answer 304 Not Modified, without the body, if the stored version is one of these: entity tags ("3", and W/"3" alike), separated by commas, or * for any. Ignored by a read that sends no ETag (a contact read with include).',
-      }),
-    ),
+    "if-none-match": conditionHeader('Answer 304 Not Modified, without the body, if the stored version is one of these: entity tags ("3", and W/"3" alike), separated by commas, or * for any. Ignored by a read that sends no ETag (a contact read with include).'),
   },
   { additionalProperties: true },
 );

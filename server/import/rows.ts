@@ -1,7 +1,7 @@
 import { closeSync, fstatSync, openSync, readFileSync, readSync } from "node:fs";
 import { nameKey } from "../shared/text.ts";
 import { storedText } from "../contacts/model.ts";
-import { asciiDomain } from "../shared/domains.ts";
+import { hostName } from "../shared/domains.ts";
 import { ConfigError } from "../config.ts";
 import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
@@ -352,6 +352,8 @@ export interface ImportRow {
   row: number;
   contact: Record<string, unknown>;
   account: { name: string; domain?: string } | null;
+  /** the website cell as written when it names no host (bareDomain): read as no website, and the import says so */
+  notDomain?: string;
   /** errors that make the row invalid before it is sent (SourceRow.refused) */
   refusal?: FieldError[];
 }
@@ -365,20 +367,23 @@ const text = (value: unknown) => (typeof value === "string" ? value.trim() : val
 const NO_WEBSITE = /^(n\/?a|none|null|nil|unknown|tbd|-+|\?+)$/i;
 
 /**
- * bareDomain turns a website into a domain in the API's ASCII form (https://www.Acme.com/about ->
- * www.acme.com, https://www.müller.de -> www.xn--mller-kva.de), or "" for a placeholder (NO_WEBSITE).
- * A host IDNA cannot convert is kept as written, for the API's check to refuse.
+ * bareDomain turns a website into a domain as the API stores it (https://www.Acme.com:443/about ->
+ * www.acme.com, https://www.müller.de -> www.xn--mller-kva.de), "" for a placeholder (NO_WEBSITE),
+ * null for a value that names no host (hostName: "...", "acme .com", "kein"). Such a value is a
+ * spreadsheet's "none" or a typo: sent, it failed the whole row over a field the company's name
+ * stands in for; taken as a domain (dots alone were), it made every company so marked one.
  */
-function bareDomain(value: string): string {
+function bareDomain(value: string): string | null {
   if (NO_WEBSITE.test(value)) return "";
-  const host = value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "");
-  return asciiDomain(host) ?? host.toLowerCase();
+  const host = value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "").replace(/:\d*$/, "");
+  return hostName(host);
 }
 
 /** toImportRow builds the items of one row; empty cells are left out (they neither set nor clear a field). */
 export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
   const contact: Record<string, unknown> = {};
   const account: { name?: string; domain?: string } = {};
+  let notDomain: string | undefined;
   for (const [column, target] of map) {
     const raw = source.values[column];
     if (raw === undefined || raw === null || text(raw) === "") continue;
@@ -386,13 +391,23 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
     if (target === "tags") contact.tags = Array.isArray(raw) ? raw : [...new Set(text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== ""))];
     else if (target.startsWith("custom_fields.")) ((contact.custom_fields ??= {}) as Record<string, unknown>)[target.slice("custom_fields.".length)] = typeof raw === "string" ? raw.trim() : raw;
     else if (target === "account.name") account.name = text(raw);
-    else if (target === "account.domain") account.domain = bareDomain(text(raw)) || undefined;
+    else if (target === "account.domain") {
+      const domain = bareDomain(text(raw));
+      if (domain === null) notDomain = text(raw);
+      account.domain = domain || undefined;
+    }
     else contact[target] = text(raw);
   }
   // The form the server stores, in which it counts the limits: the row is checked here as sent.
   storedText(contact);
   const name = account.name ?? account.domain;
-  return { row: source.row, contact, account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null, ...(source.refused ? { refusal: source.refused.errors } : {}) };
+  return {
+    row: source.row,
+    contact,
+    account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null,
+    ...(notDomain !== undefined ? { notDomain } : {}),
+    ...(source.refused ? { refusal: source.refused.errors } : {}),
+  };
 }
 
 /** accountKey is how the importer groups rows by account: the domain when there is one, else the name as the API compares it. */

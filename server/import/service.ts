@@ -8,7 +8,7 @@ import { parseSafeJson } from "../http/safe-json.ts";
 import { MAX_BATCH_ITEMS, MAX_BODY_BYTES } from "../limits/limits.ts";
 import { sha256 } from "../shared/crypto.ts";
 import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
-import { printable } from "../shared/text.ts";
+import { cutTo, printable } from "../shared/text.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
 import { csvLine } from "./csv.ts";
@@ -81,11 +81,14 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const invalid: InvalidRow[] = [];
   const summary: ImportSummary = { rows: rowCount, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
+  const notDomains: NotDomains = { count: 0, named: [] };
   if (options.dryRun) {
     for (const row of rows()) {
       const errors = localErrors(row, map);
       if (errors.length > 0) invalid.push({ row: row.row, errors });
+      countNotDomain(notDomains, row);
     }
+    if (notDomains.count > 0) note(notDomainsNote(map, notDomains));
     return finish(invalidFile, source, invalid, { ...summary, valid: rowCount - invalid.length, invalid: invalid.length });
   }
 
@@ -115,7 +118,10 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
       n++;
       const sendable = chunk.filter((entry) => "item" in entry);
-      for (const entry of chunk) if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+      for (const entry of chunk) {
+        if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+        countNotDomain(notDomains, entry.row);
+      }
       if (sendable.length > 0) {
         const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
         // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
@@ -134,12 +140,41 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     throw new ImportError(`${error.message}; ${sent}; import it again once nothing writes to it`, false);
   }
   progress.finish();
+  if (notDomains.count > 0) progress.note(notDomainsNote(map, notDomains));
   // The first row's batch is answered from a --trial as well as from a whole run: the note names both.
   if (replayed > 0) {
     const rowsWere = replayed === 1 ? "1 row was" : `${replayed} rows were`;
     progress.note(`${rowsWere} answered from an earlier run of this file or its --trial (within 24 h): ${replayed === 1 ? "its" : "their"} counts are that run's, and nothing was applied again`);
   }
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
+}
+
+/** NOT_DOMAINS_NAMED is how many website cells read as no website the import's note names, by row. */
+const NOT_DOMAINS_NAMED = 10;
+
+/** NotDomains counts the rows whose website names no host (ImportRow.notDomain), keeping the first NOT_DOMAINS_NAMED to name. */
+interface NotDomains {
+  count: number;
+  named: { row: number; value: string }[];
+}
+
+/** countNotDomain counts a row whose website names no host in `seen`. */
+function countNotDomain(seen: NotDomains, row: ImportRow): void {
+  if (row.notDomain === undefined) return;
+  seen.count++;
+  if (seen.named.length < NOT_DOMAINS_NAMED) seen.named.push({ row: row.row, value: row.notDomain });
+}
+
+/**
+ * notDomainsNote tells of the website cells read as no website, naming the first by row and value:
+ * those rows were imported, their companies matched by name, where a typo in a real website wants
+ * fixing (imported again with it, the account found by name gets the domain).
+ */
+function notDomainsNote(map: ColumnMap, seen: NotDomains): string {
+  const named = seen.named.map(({ row, value }) => `row ${row} ${printable(JSON.stringify(cutTo(value, 60)))}`).join(", ");
+  const more = seen.count > seen.named.length ? `, and ${seen.count - seen.named.length} more` : "";
+  const values = seen.count === 1 ? "1 value is not a domain name, read" : `${seen.count} values are not a domain name, each read`;
+  return `${printable(columnOf(map, "/account/domain"))}: ${values} as no website (its company found by name): ${named}${more}`;
 }
 
 /** importRows turns the first `limit` rows of the file into API items, one at a time. */

@@ -5,6 +5,11 @@
 export const MAX_NAME_LENGTH = 200;
 /** MAX_EMAIL_LENGTH is the longest email address (RFC 5321 path limit), in characters. */
 export const MAX_EMAIL_LENGTH = 254;
+/**
+ * IN_ASCII_FORM says how an email's and a domain's length is counted: on the form stored, whose
+ * domain a Unicode one (IDNA) makes longer, so an address shorter than the limit as sent can pass it.
+ */
+export const IN_ASCII_FORM = "counted in ASCII form (müller.de as xn--mller-kva.de)";
 /** MAX_PHONE_LENGTH bounds a phone number, in characters. */
 export const MAX_PHONE_LENGTH = 50;
 /** MAX_EXTERNAL_ID_LENGTH bounds a contact's external_id (its id in the source system), in characters. */
@@ -44,6 +49,13 @@ export const MAX_CUSTOM_FIELDS_BYTES = 16 * 1024;
 export const MAX_CONSENT_BYTES = 4 * 1024;
 /** MAX_EXTRA_PROPERTIES_BYTES bounds the further (undeclared) properties of a record together, as JSON bytes. */
 export const MAX_EXTRA_PROPERTIES_BYTES = 64 * 1024;
+/**
+ * MAX_INCLUDE_PAGE_BYTES bounds a page of contacts with `include` as JSON. Each contact embeds its
+ * accounts in full, so a page grew with contacts times accounts: 100 contacts linked to the same
+ * 100 accounts of 64 KiB made 657 MB. One contact with every relation at every limit takes about
+ * 7 MB (100 accounts of 64 KiB and a 200-character name, 100 users, its own 160 KB), so it fits.
+ */
+export const MAX_INCLUDE_PAGE_BYTES = 8 * 1024 * 1024;
 /** MAX_SUBSCRIPTION_DESCRIPTION_LENGTH bounds a webhook subscription's description, in characters. */
 export const MAX_SUBSCRIPTION_DESCRIPTION_LENGTH = 500;
 /** MAX_TARGET_URL_LENGTH bounds a webhook subscription's target_url, in characters. */
@@ -69,6 +81,11 @@ export const MAX_SECRET_GRACE_HOURS = 168;
  * a port scan from the service's address and its recorded error tens of kilobytes.
  */
 export const MAX_ADDRESSES_PER_ATTEMPT = 4;
+/**
+ * MAX_ATTEMPTS_SHOWN is how many of a delivery's attempts its detail shows, the newest: manual
+ * retries and recoveries add attempts without end, each up to about 6 KB of the detail.
+ */
+export const MAX_ATTEMPTS_SHOWN = 50;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
 /** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
@@ -118,11 +135,11 @@ export const byteSize = (bytes: number) => (bytes >= 1024 * 1024 ? `${bytes / 10
 /** LIMIT_TABLE is the README's table of fixed limits, built from the constants above. */
 export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`first_name`, `last_name` (contact), `name` (account, user)", value: `${MAX_NAME_LENGTH} characters`, answer: "422" },
-  { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters`, answer: "422" },
+  { limit: "`email`", value: `${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`, answer: "422" },
   { limit: "`phone`", value: `${MAX_PHONE_LENGTH} characters`, answer: "422" },
   { limit: "`external_id` (contact)", value: `1 to ${MAX_EXTERNAL_ID_LENGTH} characters`, answer: "422" },
   { limit: "items in one batch upsert (`/contacts/batch`, `/accounts/batch`)", value: `1 to ${MAX_BATCH_ITEMS}`, answer: "422" },
-  { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters`, answer: "422" },
+  { limit: "`domain` (account)", value: `${MAX_DOMAIN_LENGTH} characters, ${IN_ASCII_FORM}`, answer: "422" },
   { limit: "`tags`: number of tags", value: `${MAX_TAGS}`, answer: "422" },
   { limit: "`tags`: length of one tag", value: `1 to ${MAX_TAG_LENGTH} characters`, answer: "422" },
   { limit: "`account_ids`, `assigned_user_ids`", value: `${MAX_RELATED_IDS} ids`, answer: "422" },
@@ -132,6 +149,11 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "`custom_fields`: total size as JSON", value: byteSize(MAX_CUSTOM_FIELDS_BYTES), answer: "422" },
   { limit: "`consent`: total size as JSON", value: byteSize(MAX_CONSENT_BYTES), answer: "422" },
   { limit: "further (undeclared) properties of a contact or account, together, as JSON", value: byteSize(MAX_EXTRA_PROPERTIES_BYTES), answer: "422" },
+  {
+    limit: "a page of contacts with `include` (`GET /contacts`), as JSON",
+    value: byteSize(MAX_INCLUDE_PAGE_BYTES),
+    answer: "a page by `cursor` ends before `per_page`, its `next_cursor` going on from there; a page by number is 422 naming `per_page` and how many of its contacts fit",
+  },
   { limit: "webhook subscription `description`", value: `${MAX_SUBSCRIPTION_DESCRIPTION_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `target_url`", value: `${MAX_TARGET_URL_LENGTH} characters`, answer: "422" },
   { limit: "webhook subscription `events`", value: `${MAX_EVENTS_PER_SUBSCRIPTION} event kinds`, answer: "422" },
@@ -140,6 +162,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
   { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
   { limit: "addresses of a webhook target's name one attempt connects to", value: `${MAX_ADDRESSES_PER_ATTEMPT}`, answer: "the rest are not tried; the attempt's `error` counts them" },
+  { limit: "attempts a delivery's detail shows (`attempt_history`)", value: `the newest ${MAX_ATTEMPTS_SHOWN}`, answer: "the earlier ones are left out: `attempts` minus the attempts shown" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },
   { limit: "request body", value: byteSize(MAX_BODY_BYTES), answer: "413" },
   { limit: "one CSV record or JSON Lines line of a file `crm import` reads", value: `${MAX_IMPORT_RECORD_LENGTH} characters`, answer: "the import stops before sending anything, naming the line" },

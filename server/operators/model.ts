@@ -1,8 +1,8 @@
 import { t } from "elysia";
-import { MAX_EMAIL_LENGTH, MAX_OPERATOR_PASSWORD_LENGTH, MIN_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_OPERATOR_PASSWORD_LENGTH, MIN_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
 import { EMAIL_FORMAT, emailError } from "../shared/domains.ts";
 
-const email = t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, error: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`) });
+const email = t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, error: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`) });
 const password = t.String({
   minLength: MIN_OPERATOR_PASSWORD_LENGTH,
   maxLength: MAX_OPERATOR_PASSWORD_LENGTH,

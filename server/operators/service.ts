@@ -1,9 +1,11 @@
+import { checkMakerStands } from "../auth/service.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import { MAX_OPERATOR_PASSWORD_LENGTH } from "../limits/limits.ts";
 import { randomSecret, sha256 } from "../shared/crypto.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiEmail } from "../shared/domains.ts";
+import { madeByOperator } from "../shared/made-by.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { toTimestamp, toOptionalTimestamp } from "../shared/time.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
@@ -151,11 +153,11 @@ export async function findOperator(db: Db, id: string): Promise<Operator | null>
 }
 
 /** operatorByEmail returns the operator with an email, or throws 404 (the CLI names operators by email). */
-async function operatorByEmail(db: Db, email: string): Promise<OperatorRow> {
+export async function operatorByEmail(db: Db, email: string): Promise<Operator> {
   const normalised = normalEmail(email);
   const row = await findOperatorByEmail(db, normalised);
   if (!row) throw new ProblemError(404, "not-found", `No operator has the email ${normalised}.`);
-  return row;
+  return { id: row.id, email: row.email };
 }
 
 /**
@@ -177,11 +179,6 @@ export async function dropOperator(tx: Db, id: string): Promise<Operator> {
   return { id: row.id, email: row.email };
 }
 
-/** removeOperatorByEmail is removeOperator for the `operator remove --email E` command. */
-export async function removeOperatorByEmail(db: Database, email: string): Promise<Operator> {
-  return removeOperator(db, (await operatorByEmail(db, email)).id);
-}
-
 /** resetOperatorPassword sets an operator's password (the `operator reset-password` command), ends every session of theirs and withdraws their pending reset links. */
 export async function resetOperatorPassword(db: Database, secrets: SecretBox, email: string, password: string, now = Date.now()): Promise<Operator> {
   const row = await operatorByEmail(db, email);
@@ -194,8 +191,8 @@ export async function resetOperatorPassword(db: Database, secrets: SecretBox, em
   return { id: row.id, email: row.email };
 }
 
-/** inviteOperator makes a one-time link (OPERATOR_LINK_TTL_MS) with which the invitee chooses a password and becomes an operator; returns its code. */
-export function inviteOperator(db: Database, email: string, invitedBy: string | null, now = Date.now()): Promise<string> {
+/** inviteOperator makes a one-time link (OPERATOR_LINK_TTL_MS) with which the invitee chooses a password and becomes an operator (invitedBy: the operator who made it, null for none); returns its code. */
+export function inviteOperator(db: Database, email: string, invitedBy: Operator | null, now = Date.now()): Promise<string> {
   const code = randomSecret();
   return db.write(async (tx) => {
     await issueInvite(tx, email, invitedBy, code, now);
@@ -207,7 +204,7 @@ export function inviteOperator(db: Database, email: string, invitedBy: string | 
  * issueInvite is inviteOperator inside the caller's write, with the link's code the caller drew (a
  * console form keeps it sealed in its answer, to show the same link when sent twice). Returns the email as stored.
  */
-export async function issueInvite(tx: Db, email: string, invitedBy: string | null, code: string, now: number): Promise<string> {
+export async function issueInvite(tx: Db, email: string, invitedBy: Operator | null, code: string, now: number): Promise<string> {
   const normalised = normalEmail(email);
   checkOperatorEmail({ email: normalised });
   if (await findOperatorByEmail(tx, normalised)) throw operatorExists(normalised);
@@ -216,21 +213,27 @@ export async function issueInvite(tx: Db, email: string, invitedBy: string | nul
 }
 
 /** passwordResetLink makes a one-time link with which an operator sets a new password; returns its code. */
-export function passwordResetLink(db: Database, id: string, madeBy: string | null, now = Date.now()): Promise<{ operator: Operator; code: string }> {
+export function passwordResetLink(db: Database, id: string, madeBy: Operator | null, now = Date.now()): Promise<{ operator: Operator; code: string }> {
   const code = randomSecret();
   return db.write(async (tx) => ({ operator: await issueResetLink(tx, id, madeBy, code, now), code }));
 }
 
 /** issueResetLink is passwordResetLink inside the caller's write, with the link's code the caller drew (as issueInvite). */
-export async function issueResetLink(tx: Db, id: string, madeBy: string | null, code: string, now: number): Promise<Operator> {
+export async function issueResetLink(tx: Db, id: string, madeBy: Operator | null, code: string, now: number): Promise<Operator> {
   const row = await findOperatorById(tx, id);
   if (!row) throw notFound("operator", id);
   await storeOperatorLink(tx, "reset", row.email, code, madeBy, now);
   return { id: row.id, email: row.email };
 }
 
-function storeOperatorLink(tx: Db, purpose: OperatorLink["purpose"], email: string, code: string, madeBy: string | null, now: number): Promise<void> {
-  return replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS });
+/**
+ * storeOperatorLink stores a link made by operator `madeBy` (null: by none), inside the caller's
+ * write, or throws MakerGone when that operator was removed while their form ran: their removal
+ * withdrew the links they had made, and one stored after it would outlive them for 72 hours.
+ */
+async function storeOperatorLink(tx: Db, purpose: OperatorLink["purpose"], email: string, code: string, madeBy: Operator | null, now: number): Promise<void> {
+  await checkMakerStands(tx, madeBy && madeByOperator(madeBy));
+  await replaceOperatorLink(tx, { code_hash: sha256(code), purpose, email, created_by: madeBy?.id ?? null, created_at: now, expires_at: now + OPERATOR_LINK_TTL_MS });
 }
 
 /** pendingLinks lists the one-time links not used yet, invitations and password resets, with who made each; an invitation of an email that is an operator's (made by `operator create` meanwhile) is left out. */

@@ -5,7 +5,7 @@ import { bearerOf } from "../auth/service.ts";
 import type { Config } from "../config.ts";
 import { isBrowserRequest, isLoopback, isLoopbackHost, type ClientHints } from "../http/client-address.ts";
 import { databaseNewer } from "../http/errors.ts";
-import { databasePath, openDatabase } from "../db/database.ts";
+import { databaseFile, openDatabase } from "../db/database.ts";
 import { databaseFailureOf, databaseFaultOf, migrationState, tablesHomeOf, tablesMissing } from "../db/backend.ts";
 import { ReadLaneFull } from "../db/slow-reads.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -106,25 +106,33 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
 
 /**
  * NotReadyLog logs why /readyz fails, with the reasons its answer gives only to a request that may
- * read /metrics: at once when they change, otherwise once a minute, as a load balancer probes
- * every few seconds.
+ * read /metrics: at once when the instance becomes not ready, then once a minute while it stays
+ * so, as a load balancer probes every few seconds, whatever the reasons: spaced by its reasons,
+ * two causes taking turns (a check failing now and then beside one failing throughout) logged a
+ * line at every answer. It says when the instance is ready again. The spacing outlasts a ready
+ * answer: a check failing every other probe, ready in between, is one condition too, not a
+ * "not ready" and a "ready again" at each probe.
  */
 export class NotReadyLog {
-  private last = "";
-  private line = new SpacedLine();
+  private readonly line = new SpacedLine();
+  /** whether a "not ready" was logged since the last "ready again" */
+  private logged = false;
 
   constructor(private readonly log: Logger) {}
 
   /** failing notes the reasons of an answer that is not ready. */
   failing(reasons: Record<string, string>): void {
-    const text = JSON.stringify(reasons);
-    if (text !== this.last) {
-      this.last = text;
-      this.line = new SpacedLine();
-    }
     const unlogged = this.line.occurred(Date.now());
     if (unlogged === undefined) return;
+    this.logged = true;
     this.log.warn("not ready", { reasons, ...(unlogged ? { answers_unlogged: unlogged } : {}) });
+  }
+
+  /** ready notes an answer that is ready: after a logged not ready one it says so. */
+  ready(): void {
+    if (!this.logged) return;
+    this.logged = false;
+    this.log.info("ready again");
   }
 }
 
@@ -141,7 +149,10 @@ export async function readiness(rt: Runtime, notReadyLog: NotReadyLog, trusted: 
   const verdicts = await readinessChecks(rt);
   const checks = Object.fromEntries(Object.entries(verdicts).map(([name, failing]) => [name, failing?.code ?? "ok"])) as ReadinessChecks;
   const failing = Object.entries(verdicts).filter((entry): entry is [string, Failing] => entry[1] !== null);
-  if (failing.length === 0) return { status: "ready", checks };
+  if (failing.length === 0) {
+    notReadyLog.ready();
+    return { status: "ready", checks };
+  }
   const reasons = Object.fromEntries(failing.map(([name, f]) => [name, f.reason]));
   notReadyLog.failing(reasons);
   const named = failing.map(([name, f]) => `${name}: ${f.code}`).join("; ");
@@ -283,6 +294,11 @@ async function databaseGauges(rt: Runtime): Promise<Gauge[]> {
     up(1),
     { name: "crm_webhook_queue_depth", help: "Webhook deliveries pending (waiting for their first attempt or a retry).", value: queue.pending },
     { name: "crm_webhook_oldest_pending_age_seconds", help: "Age of the oldest pending webhook delivery; 0 when none is pending.", value: (queue.oldest_pending_age_ms ?? 0) / 1000 },
+    {
+      name: "crm_webhook_deliveries_waiting",
+      help: "Webhook deliveries due and not started, of active subscriptions not paused: waiting for a delivery slot (or a max_rate's pace), over every instance.",
+      value: queue.waiting,
+    },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.deliveries, labels: { table: "deliveries" } },
     { name: "crm_webhook_history_rows", help: "Rows of the webhook delivery history, by table (deliveries, attempts).", value: history.attempts, labels: { table: "attempts" } },
     { name: "crm_webhook_history_bytes", help: "Database pages the webhook delivery history holds (deliveries, attempts, header sets, their indexes), in bytes.", value: history.bytes },
@@ -352,7 +368,8 @@ export interface BackupResult {
  */
 export async function backupDatabase(dataDir: string, file: string): Promise<BackupResult> {
   if (!existsSync(dataDir)) throw new BackupError(`data directory ${dataDir} does not exist`);
-  const source = databasePath(dataDir);
+  // Not databasePath, which wants to write there: a backup only reads, from a file system turned read-only too.
+  const source = databaseFile(dataDir);
   if (!existsSync(source)) throw new BackupError(`no database at ${source}`);
   const exists = () => new BackupError(`${file} already exists; backup never overwrites a file`);
   if (existsSync(file)) throw exists();

@@ -55,10 +55,32 @@ export function emailError(detail: string): (issue: { value?: unknown }) => stri
  */
 export const EMAIL_FORMAT = "idn-email";
 
-/** DOMAIN_FORMAT is the schema format of an account's domain: letters, digits, dots and hyphens once in ASCII form, at most MAX_DOMAIN_LENGTH characters. */
+/** DOMAIN_FORMAT is the schema format of an account's domain: a name hostName takes. */
 export const DOMAIN_FORMAT = "idn-hostname";
 
-const ASCII_DOMAIN = /^[a-z0-9.-]+$/i;
+/** HOST_LABEL is one label of a host name in ASCII form (RFC 1123, section 2.1): 1 to 63 letters, digits and hyphens, no hyphen first or last. */
+const HOST_LABEL = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+
+/** LABEL_END_HYPHEN finds a label beginning or ending with a hyphen in a name as given: -müller.de is xn---mller-4ya.de, whose A-label does not. */
+const LABEL_END_HYPHEN = /(^|\.)-|-(\.|$)/;
+
+/**
+ * hostName is an account domain's stored form: asciiDomain's, one trailing dot dropped
+ * (engines.example. is the DNS name engines.example); null unless that is a host name of at least
+ * two labels (HOST_LABEL, no label beginning or ending with a hyphen in either spelling), at most
+ * MAX_DOMAIN_LENGTH characters, with a top label not all digits and xn-- labels IDNA can read.
+ * The batch upsert and crm import match accounts by domain, so a value naming no company's host
+ * ("..", "-", "n/a" read as "n", an address) would make every account given it one company.
+ */
+export function hostName(domain: string): string | null {
+  const ascii = asciiDomain(domain);
+  if (ascii === null || LABEL_END_HYPHEN.test(domain)) return null;
+  const name = ascii.endsWith(".") ? ascii.slice(0, -1) : ascii;
+  const labels = name.split(".");
+  if (name.length > MAX_DOMAIN_LENGTH || labels.length < 2 || !labels.every((label) => HOST_LABEL.test(label)) || /^\d+$/.test(labels.at(-1)!)) return null;
+  // domainToASCII answers "" for an xn-- label that is not valid punycode (xn--zz).
+  return name.includes("xn--") && !domainToASCII(name) ? null : name;
+}
 
 /** storableEmail tells whether the service stores an email address: its ASCII form (asciiEmail) is an email address of at most MAX_EMAIL_LENGTH characters. */
 function storableEmail(email: string): boolean {
@@ -73,7 +95,4 @@ export function unstorableUnicodeEmail(email: string): boolean {
 }
 
 FormatRegistry.Set(EMAIL_FORMAT, storableEmail);
-FormatRegistry.Set(DOMAIN_FORMAT, (value) => {
-  const ascii = asciiDomain(value);
-  return ascii !== null && ascii.length <= MAX_DOMAIN_LENGTH && ASCII_DOMAIN.test(ascii);
-});
+FormatRegistry.Set(DOMAIN_FORMAT, (value) => hostName(value) !== null);

@@ -20,24 +20,25 @@ export function fsyncPath(path: string): void {
  * keeps its mode (perhaps /dev/full, or one the user made on purpose).
  */
 export function createOwnerOnlyFile(path: string): void {
-  if (createOwnerOnlyFileIfAbsent(path)) return;
-  // "wx" refuses any symbolic link, one to a file not there yet too, which "w" then creates.
-  const created = !pathExists(path);
-  keepOwnerOnlyOpen(openSync(path, "w", 0o600), created);
+  if (!createOwnerOnlyFileIfAbsent(path)) keepOwnerOnlyOpen(openSync(path, "w", 0o600), false);
 }
 
 /**
  * createOwnerOnlyFileIfAbsent creates an empty file 0600 whatever the umask, before SQLite opens it
- * (SQLite would create it 0644 & ~umask), and tells whether it did; a file or link already there is
- * left as it is.
+ * (SQLite would create it 0644 & ~umask), and tells whether it did; through a symbolic link to a
+ * file not there yet too (a database kept on another volume), which SQLite would otherwise create
+ * 0644 for the moment before it is made 0600, and a descriptor another user took then reads it
+ * for good. A file already there, or behind a link, is left as it is.
  */
 export function createOwnerOnlyFileIfAbsent(path: string): boolean {
   let fd: number;
   try {
     fd = openSync(path, "wx", 0o600);
   } catch (error) {
-    if (errorCode(error) === "EEXIST") return false;
-    throw error;
+    if (errorCode(error) !== "EEXIST") throw error;
+    if (pathExists(path)) return false;
+    // "wx" refuses every symbolic link, one to a file not there yet too: that file is made through it (never emptied, without O_TRUNC).
+    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT, 0o600);
   }
   keepOwnerOnlyOpen(fd, true);
   return true;

@@ -34,3 +34,25 @@ export function madeByOf(columns: MadeByColumns): MadeBy | null {
 export function madeByOperator(operator: { id: string; email: string }): MadeBy {
   return { kind: "operator", id: operator.id, email: operator.email };
 }
+
+/** MakerNames is what names a token's or a subscription's maker: the operators there are now (one not among them was removed) and each API token's name and start. */
+export interface MakerNames {
+  operators: ReadonlySet<string>;
+  tokens: ReadonlyMap<string, { name: string; prefix: string }>;
+}
+
+/** MADE_BY_WORDS are the words "Made by" says, on the console and the command line alike: for a maker not recorded, the command line, a removed operator (after their email), an API token (before its name). */
+export const MADE_BY_WORDS = { unknown: "unknown", commandLine: "command line", removed: "(removed)", apiToken: "API token" } as const;
+
+/**
+ * madeByText says who made a token or a subscription as plain text, in the console's MadeByText
+ * words (`crm token list`): an operator by email ("(removed)" once they are), the command line,
+ * an API token by name and start, "unknown" before migration 0047. A name is as stored: escape it for a terminal.
+ */
+export function madeByText(madeBy: MadeBy | null, names: MakerNames): string {
+  if (madeBy === null) return MADE_BY_WORDS.unknown;
+  if (madeBy.kind === "command_line") return MADE_BY_WORDS.commandLine;
+  if (madeBy.kind === "operator") return names.operators.has(madeBy.id) ? madeBy.email : `${madeBy.email} ${MADE_BY_WORDS.removed}`;
+  const token = names.tokens.get(madeBy.id);
+  return `${MADE_BY_WORDS.apiToken} ${token ? `${token.name} (${token.prefix}…)` : madeBy.id}`;
+}

@@ -14,6 +14,13 @@ export function printable(text: string): string {
   return text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029\p{Bidi_Control}]/gu, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
+/** cutTo returns `value` if it has at most `limit` characters, else its start ending in "…", `limit` characters in all, no surrogate pair split. */
+export function cutTo(value: string, limit: number): string {
+  if (value.length <= limit) return value;
+  const end = /[\uD800-\uDBFF]/.test(value[limit - 2]!) ? limit - 2 : limit - 1;
+  return `${value.slice(0, end)}…`;
+}
+
 /**
  * withoutNul replaces each NUL character with U+FFFD: PostgreSQL's text cannot hold NUL, so text
  * from outside (a receiver's answer, rows older versions stored in SQLite) is stored this way.

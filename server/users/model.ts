@@ -1,6 +1,6 @@
 import { t } from "elysia";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
-import { MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
+import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_NAME_LENGTH } from "../limits/limits.ts";
 import { EMAIL_DESCRIPTION, EMAIL_FORMAT, emailError } from "../shared/domains.ts";
 
 /** UserSchema is a user (someone contacts are assigned to) as the API returns it. */
@@ -27,7 +27,7 @@ export const UserEnvelope = t.Object({ data: UserSchema });
 
 const userFields = {
   name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (a user needs a name)` }),
-  email: t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: EMAIL_DESCRIPTION, error: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters`) }),
+  email: t.String({ format: EMAIL_FORMAT, maxLength: MAX_EMAIL_LENGTH, description: `${EMAIL_DESCRIPTION} At most ${MAX_EMAIL_LENGTH} characters in that form.`, error: emailError(`must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain ${IN_ASCII_FORM}`) }),
 };
 
 /** UserInput is the body of POST /users. */

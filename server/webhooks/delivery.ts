@@ -1,9 +1,10 @@
 import { createHmac } from "node:crypto";
 import { connect, type Socket } from "node:net";
-import { withoutNul } from "../shared/text.ts";
+import { cutTo, withoutNul } from "../shared/text.ts";
 import { VERSION } from "../version.ts";
 import { addressAsHost, addressesToTry, pinTarget, resolveTarget, TargetRefused, type Network, type PrivateTargets } from "./targets.ts";
 import { errorCode } from "../shared/thrown.ts";
+import { redirectError } from "./attempt-errors.ts";
 
 /**
  * RESPONSE_HEADERS_KEPT are the response headers recorded with each attempt. Date is not among
@@ -26,13 +27,6 @@ const HEADER_VALUE_KEPT_CHARACTERS = 160;
  * target's to choose: its host name, its addresses, a TLS library's message.
  */
 const ERROR_KEPT_CHARACTERS = 1000;
-
-/** cutTo returns `value` if it has at most `limit` characters, else its start ending in "…", `limit` characters in all, no surrogate pair split. */
-function cutTo(value: string, limit: number): string {
-  if (value.length <= limit) return value;
-  const end = /[\uD800-\uDBFF]/.test(value[limit - 2]!) ? limit - 2 : limit - 1;
-  return `${value.slice(0, end)}…`;
-}
 
 const USER_AGENT = `crm-webhooks/${VERSION}`;
 /** SECRET_PREFIX starts every signing secret (Standard Webhooks). */
@@ -76,6 +70,11 @@ export interface AttemptResult {
   retry_after_ms: number | null;
   /** the non-public address the target's name resolved to when the attempt was refused for it; logged for the operator, not recorded */
   refused_address: string | null;
+  /**
+   * the receiver gave no complete answer: the attempt timed out, or no connection to it worked (not
+   * a refused address, nor an attempt interrupted here); the delivery loop sends it fewer at once
+   */
+  unanswered: boolean;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -256,15 +255,6 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
 /** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
 const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
 
-/**
- * redirectError is the error of an attempt answered with the redirect `status`, the answer's
- * Location `named` or not. The Location is left to the response headers kept: a moved receiver's
- * new address carries its credentials as a target URL does, and the error is logged with every attempt.
- */
-export function redirectError(status: number, named: boolean): string {
-  return `redirect (${status}) not followed; point the subscription at the final URL${named ? ", which the answer's Location header names" : ""}`;
-}
-
 function describeError(error: unknown, timedOut: boolean, timeoutMs: number, status: number | null, serverName: string | null): string {
   if (timedOut && status !== null) return `timed out after ${timeoutMs} ms reading the response body (status ${status}); the timeout covers the whole answer`;
   if (timedOut) return `timed out after ${timeoutMs} ms without a complete response`;
@@ -318,6 +308,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     error: null,
     retry_after_ms: null,
     refused_address: null,
+    unanswered: false,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
@@ -381,6 +372,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     // Every address tried was unreached: the record names them all, and counts those not tried.
     else if (error instanceof EveryAddressUnreached || unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
+    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && (timeout.aborted || result.response_status === null);
   }
   if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;

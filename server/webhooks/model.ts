@@ -1,10 +1,11 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { documentRefused, openEnum } from "../http/openapi-docs.ts";
+import { documentAs, documentRefused, openEnum } from "../http/openapi-docs.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
   DEFAULT_SECRET_GRACE_HOURS,
+  MAX_ATTEMPTS_SHOWN,
   MAX_EVENTS_PER_SUBSCRIPTION,
   MAX_MAX_RATE,
   MAX_RECOVERY_DAYS,
@@ -115,7 +116,10 @@ export const Delivery = t.Object({
   attempts: t.Integer({ description: "Attempts made so far (scheduled and manual)." }),
   last_response_status: t.Union([t.Integer(), t.Null()], { description: "HTTP status of the last attempt; null if it got no response." }),
   last_error: t.Union([t.String(), t.Null()], { description: "Network error or refusal of the last attempt, in words." }),
-  next_attempt_at: t.Union([timestamp, t.Null()], { description: "When the next scheduled attempt is due; null once succeeded or failed." }),
+  next_attempt_at: t.Union([timestamp, t.Null()], {
+    description:
+      "When the next scheduled attempt is due, never before created_at; null once succeeded or failed. A test ping (POST .../test) is due at its creation and sent ahead of its subscription's deliveries waiting, even those due earlier.",
+  }),
   request_id: t.Union([t.String(), t.Null()], {
     description:
       "The X-Request-Id of the request whose change made the event (a console action's too): yours if you sent a safe one, else the req_... the answer carried. Null for events no request made (subscription.disabled and delivery.exhausted from the delivery loop, commands of the crm binary) and events an earlier crm recorded (before 2026-11-29). Not in the body sent. GET /webhook-deliveries?request_id= lists the deliveries of one request.",
@@ -154,7 +158,10 @@ export const DeliveryDetail = t.Composite([
       description:
         "When the payload was erased, after its contact or account was deleted: nothing of the record is kept, shown or sent any more (a retry is 409 event-erased, a recovery skips it); each attempt's request_headers are null, its response_body null and its response_headers empty. null while the payload is kept.",
     }),
-    attempt_history: t.Array(Attempt, { description: "Every attempt, oldest first." }),
+    attempt_history: t.Array(Attempt, {
+      maxItems: MAX_ATTEMPTS_SHOWN,
+      description: `The newest ${MAX_ATTEMPTS_SHOWN} attempts (every one, up to ${MAX_ATTEMPTS_SHOWN}), oldest first: manual retries and recoveries add attempts without end. attempts minus the attempts shown (the first shown's attempt minus 1) are left out.`,
+    }),
   }),
 ]);
 export type DeliveryDetail = typeof DeliveryDetail.static;
@@ -204,17 +211,19 @@ export const SecretRotationInput = t.Object(
 );
 export type SecretRotationInput = typeof SecretRotationInput.static;
 
+/**
+ * windowTime is an end of a recovery window: read by recoveryWindow (parseTimestamp, 422 "must be
+ * an RFC 3339 date-time"), which takes a leap second for 23:59:59.999 as the time filters do, where
+ * the date-time format refused second 60; the format is stated for the document only.
+ */
+const windowTime = (description: string) =>
+  t.String({ ...documentAs({ type: "string", format: "date-time" }), error: "must be an RFC 3339 date-time", description });
+
 /** RecoveryInput is the body of POST /webhook-subscriptions/:id/recover. */
 export const RecoveryInput = t.Object(
   {
-    since: t.String({
-      format: "date-time",
-      error: "must be an RFC 3339 date-time",
-      description: `Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`,
-    }),
-    until: t.Optional(
-      t.String({ format: "date-time", error: "must be an RFC 3339 date-time", description: "End of the window (exclusive), RFC 3339, after `since`; default now." }),
-    ),
+    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`),
+    until: t.Optional(windowTime("End of the window (exclusive), RFC 3339, after `since`; default now.")),
   },
   { additionalProperties: false, examples: [{ since: "2026-11-20T08:00:00Z", until: "2026-11-20T14:00:00Z" }] },
 );
@@ -270,6 +279,10 @@ export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
   status: openEnum(SUBSCRIPTION_STATUSES, { description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
+  deliveries_waiting: t.Integer({
+    description:
+      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, or, paused, for the resume.",
+  }),
   last_24h: WindowStats,
   last_7d: WindowStats,
 });

@@ -74,7 +74,9 @@ export async function recordEvents(db: Db, type: EventType, changes: { data: unk
  * given subscription only, due now or just before the subscription's earliest pending delivery if
  * that is sooner: a test asks whether the receiver answers now, so the next claim for the
  * subscription sends it ahead of a backlog (within the subscription's caps and max_rate, as any
- * delivery), and a retry scheduled for later does not hold it back.
+ * delivery), and a retry scheduled for later does not hold it back. A due time stored before its
+ * creation is only that place in the claim order (its own column would take a migration and a
+ * second key on the claim's index): the API shows it due at its creation.
  */
 export async function recordPing(db: Db, subscription: { id: string; target_url: string }, requestId: string | null, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
   const at = datedAt(happenedAt);

@@ -202,6 +202,21 @@ function keyOpenTo(path: string): string | null {
 }
 
 /**
+ * secretsKeyOpenTo words the warning of the settings' secrets key file when other users may read
+ * it (keyOpenTo), or null: a command prints it, as serve logs the key it loads. On PostgreSQL
+ * without --secrets-key-file no key is read, and the data directory's is not named.
+ */
+export function secretsKeyOpenTo(config: Pick<Config, "secretsKeyFile" | "dataDir" | "databaseUrl">): string | null {
+  if (config.databaseUrl && !config.secretsKeyFile) return null;
+  try {
+    return keyOpenTo(secretsKeyPath(config));
+  } catch {
+    // A key this user may not look at is refused where it is read (unreadableKey); a command that reads none goes on.
+    return null;
+  }
+}
+
+/**
  * sealStoredSecrets seals every signing secret, and previous secret of a rotation, still stored in
  * clear (migration 0011), and the secret in each kept answer of an idempotent create or rotation,
  * which a crm before 0011 kept in clear too (a replay opens it), and returns how many it sealed.

@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
@@ -44,6 +44,7 @@ import {
   type StoredEvent,
   countDeliveriesBySubscription,
   countPendingDeliveries,
+  countWaitingDeliveries,
   countSubscriptions,
   deleteSecretAnswers,
   deleteSubscription as deleteSubscriptionRow,
@@ -110,7 +111,9 @@ function toDelivery(row: DeliveryRow): Delivery {
     last_error: row.last_error,
     // An earlier version took retry delays of any size: a next attempt stored past Date's range is
     // as good as never, and reads as the latest instant a timestamp writes rather than failing the list.
-    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(row.next_attempt_at, LATEST_TIMESTAMP_MS)) : null,
+    // A test ping is stored due just before the subscription's earliest pending delivery, its place
+    // ahead of them in the claim order (recordPing): it is due from its creation, not before.
+    next_attempt_at: row.status === "pending" && row.next_attempt_at !== null ? toTimestamp(Math.min(Math.max(row.next_attempt_at, row.created_at), LATEST_TIMESTAMP_MS)) : null,
     request_id: row.request_id,
     created_at: toTimestamp(row.created_at),
     updated_at: toTimestamp(row.updated_at),
@@ -337,10 +340,10 @@ export interface DisabledWithMaker {
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
  * active subscription operator `operatorId` made or that was created with an API token they made, each with
- * its subscription.disabled event made by request `requestId`; call subscriptionsDisabled with
+ * its subscription.disabled event made by request `requestId` (null: `crm operator remove`, a command); call subscriptionsDisabled with
  * what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string | null, now: number): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
   for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
@@ -353,10 +356,10 @@ export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, req
   return disabled;
 }
 
-/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, rt.batchRows per write; a refused write is left to the delivery loop's sweep. */
-export async function subscriptionsDisabled(rt: Runtime, disabled: readonly DisabledWithMaker[]): Promise<void> {
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void): Promise<void> {
   for (const { id, pending } of disabled) {
-    if (pending > 0) await failStoppedDeliveries(rt.db, id, rt.batchRows).catch((error: unknown) => rt.deliveries.unsentRefused(error));
+    if (pending > 0) await failStoppedDeliveries(db, id, chunk).catch(refused);
   }
 }
 
@@ -723,7 +726,7 @@ function shownPayload(event: { payload: string; erased_at: number | null } | nul
   return { payload: JSON.parse(event?.payload ?? "null") as unknown, payload_erased_at: null };
 }
 
-/** findDelivery returns a delivery with the body it sends and every attempt, or null. */
+/** findDelivery returns a delivery with the body it sends and its newest attempts (MAX_ATTEMPTS_SHOWN), oldest first, or null. */
 export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail | null> {
   const row = await findDeliveryById(db, id);
   if (!row) return null;
@@ -732,7 +735,7 @@ export async function findDelivery(db: Db, id: string): Promise<DeliveryDetail |
   return {
     ...toDelivery(row),
     ...shownPayload(event),
-    attempt_history: (await findAttemptsByDelivery(db, id)).map((attempt) => toAttempt(attempt, erased)),
+    attempt_history: (await findAttemptsByDelivery(db, id, MAX_ATTEMPTS_SHOWN)).reverse().map((attempt) => toAttempt(attempt, erased)),
   };
 }
 
@@ -786,10 +789,10 @@ export async function subscriptionDeliveryCounts(db: Db, sinceMs: number): Promi
   return new Map((await countDeliveriesBySubscription(db, sinceMs)).map(({ subscription_id, ...counts }) => [subscription_id, counts]));
 }
 
-/** deliveryQueueStats reports the pending deliveries and the age of the oldest, for metrics and readiness. */
-export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null }> {
+/** deliveryQueueStats reports the pending deliveries, the age of the oldest, and those of active subscriptions due and not started (waiting for a slot), for metrics. */
+export async function deliveryQueueStats(db: Db, now = Date.now()): Promise<{ pending: number; oldest_pending_age_ms: number | null; waiting: number }> {
   const { pending, oldest_created_at } = await countPendingDeliveries(db);
-  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at };
+  return { pending, oldest_pending_age_ms: oldest_created_at === null ? null : now - oldest_created_at, waiting: await countWaitingDeliveries(db, now) };
 }
 
 /** deliveryLoopStatus tells whether the delivery loop is running, how many attempts are under way, and why its claims fail, if they do. */

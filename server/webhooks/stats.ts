@@ -1,7 +1,7 @@
 import type { Db } from "../db/sql.ts";
 import { HOUR_MS, hourOf, toTimestamp } from "../shared/time.ts";
 import type { SubscriptionStats, WindowStats } from "./model.ts";
-import { findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
+import { countWaitingDeliveries, findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
 
 /** STATS_KEPT_MS is how long hourly statistics are kept: the longest window and the hour it started in. */
 export const STATS_KEPT_MS = 7 * 24 * HOUR_MS + HOUR_MS;
@@ -63,7 +63,7 @@ function percentile(buckets: number[], total: number, p: number): number {
   return LATENCY_BOUNDS_MS.at(-1)!;
 }
 
-/** subscriptionStats sums a subscription's attempts of the last 24 hours and 7 days (whole hours, the current one included). */
+/** subscriptionStats sums a subscription's attempts of the last 24 hours and 7 days (whole hours, the current one included), and counts its deliveries waiting. */
 export async function subscriptionStats(db: Db, subscription: SubscriptionRow, now = Date.now()): Promise<SubscriptionStats> {
   const rows = await listAttemptStatsSince(db, subscription.id, hourOf(now - 7 * 24 * HOUR_MS));
   const window = (hours: number): WindowStats => {
@@ -91,6 +91,7 @@ export async function subscriptionStats(db: Db, subscription: SubscriptionRow, n
     subscription_id: subscription.id,
     status: shownStatus(subscription),
     failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
+    deliveries_waiting: await countWaitingDeliveries(db, now, subscription.id),
     last_24h: window(24),
     last_7d: window(7 * 24),
   };

@@ -3,7 +3,7 @@ import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
 import type { MadeByColumns } from "../shared/made-by.ts";
-import { redirectError } from "./delivery.ts";
+import { redirectError } from "./attempt-errors.ts";
 import type { DeliveryStatus } from "./model.ts";
 
 export type EventRow = {
@@ -587,11 +587,11 @@ export async function isEventErased(db: Db, eventId: string): Promise<boolean> {
 }
 
 /**
- * findAttemptsByDelivery returns every attempt of a delivery, oldest first. The request headers
+ * findAttemptsByDelivery returns the newest `limit` attempts of a delivery, newest first. The request headers
  * are the shared set plus what each attempt alone sent: webhook-id (the delivery id),
  * webhook-timestamp (the Unix second the attempt started) and its signature.
  */
-export function findAttemptsByDelivery(db: Db, deliveryId: string): Promise<AttemptRow[]> {
+export function findAttemptsByDelivery(db: Db, deliveryId: string, limit: number): Promise<AttemptRow[]> {
   // sqlite-only: json_set adds the attempt's own headers to the shared set. PostgreSQL appends them
   // to the set's text (written by JSON.stringify, never holding these three), keeping its order.
   const requestHeaders =
@@ -607,8 +607,8 @@ export function findAttemptsByDelivery(db: Db, deliveryId: string): Promise<Atte
        FROM webhook_delivery_attempts a
        JOIN webhook_header_sets rq ON rq.id = a.request_header_set
        JOIN webhook_header_sets rs ON rs.id = a.response_header_set
-       WHERE a.delivery_id = ? ORDER BY a.attempt`,
-    [deliveryId],
+       WHERE a.delivery_id = ? ORDER BY a.attempt DESC LIMIT ?`,
+    [deliveryId, limit],
   );
 }
 
@@ -942,6 +942,24 @@ export async function countPendingDeliveries(db: Db): Promise<{ pending: number;
   return (await db.get<{ pending: number; oldest_created_at: number | null }>(
     "SELECT count(*) AS pending, min(created_at) AS oldest_created_at FROM webhook_deliveries WHERE status = 'pending' AND status <> 'succeeded'",
   ))!;
+}
+
+/**
+ * countWaitingDeliveries counts the pending deliveries due by `now` that no unexpired lease holds:
+ * of one subscription, or (null) of every active subscription not paused, whose wait is for a
+ * delivery slot (or a max_rate's pace), not for a resume. The due ones are counted in the index of
+ * each subscription's due deliveries alone, less the leases, a few hundred at most.
+ */
+export async function countWaitingDeliveries(db: Db, now: number, subscriptionId: string | null = null): Promise<number> {
+  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions WHERE ${subscriptionId === null ? "status = 'active' AND paused_at IS NULL" : "id = ?"})`;
+  const ids = subscriptionId === null ? [] : [subscriptionId];
+  const row = await db.get<{ due: number; leased: number }>(
+    `SELECT (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription")} WHERE status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS due,
+            (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")}
+             WHERE locked_until IS NOT NULL AND locked_until > ? AND status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS leased`,
+    [now, ...ids, now, now, ...ids],
+  );
+  return row!.due - row!.leased;
 }
 
 /** countDeliveriesBySubscription counts each subscription's deliveries created since a time, by status. */

@@ -8,6 +8,7 @@ import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } f
 import { SecretUnreadable, type SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
 import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, StoppedLookFailed, trackFailingStreak, type StreakDisable } from "./health.ts";
+import { ReceiverCaps } from "./receiver-caps.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
   countLateAttempt,
@@ -119,16 +120,19 @@ const pastReserve = ({ free, open }: ClaimRoom) => Math.min(free, MAX_IN_FLIGHT 
 /**
  * roomFor is how many more attempts a subscription may start with `running` under way (on every
  * instance, on PostgreSQL) and `openHere` of its requests open on this instance: the slots past the
- * reserve, or free slots up to RESERVED_SHARE open, or its guaranteed share, and no more than its cap.
+ * reserve, or free slots up to RESERVED_SHARE open, or its guaranteed share, and no more than
+ * MAX_PER_SUBSCRIPTION nor, here, than `cap`, its receiver's (ReceiverCaps).
  */
-const roomFor = (running: number, openHere: number, room: ClaimRoom) =>
-  Math.min(MAX_PER_SUBSCRIPTION - running, room.spare, Math.max(pastReserve(room), Math.min(room.free, RESERVED_SHARE - openHere), GUARANTEED_PER_SUBSCRIPTION - running));
+const roomFor = (running: number, openHere: number, room: ClaimRoom, cap: number) =>
+  Math.min(MAX_PER_SUBSCRIPTION - running, cap - openHere, room.spare, Math.max(pastReserve(room), Math.min(room.free, RESERVED_SHARE - openHere), GUARANTEED_PER_SUBSCRIPTION - running));
 /**
  * served tells whether a claim asks for a subscription's deliveries at all: one with fewer than
- * RESERVED_SHARE requests open here (its guaranteed share among them) is served at once, a busy one
- * only when it may be topped up by REFILL, so that each claim and commit for it is worth its cost.
+ * RESERVED_SHARE requests open here (its guaranteed share among them) and below its receiver's
+ * `cap` is served at once, a busy one only when it may be topped up by REFILL, so that each claim
+ * and commit for it is worth its cost.
  */
-const served = (running: number, openHere: number, room: ClaimRoom) => openHere < RESERVED_SHARE || (running <= MAX_PER_SUBSCRIPTION - REFILL && pastReserve(room) >= REFILL);
+const served = (running: number, openHere: number, room: ClaimRoom, cap: number) =>
+  openHere < Math.min(RESERVED_SHARE, cap) || (running <= MAX_PER_SUBSCRIPTION - REFILL && openHere <= cap - REFILL && pastReserve(room) >= REFILL);
 /** after is the room left once `picked` attempts are taken from it: each takes a slot, and opens a request. */
 const after = (room: ClaimRoom, picked: number): ClaimRoom => ({ free: room.free - picked, spare: room.spare - picked, open: room.open + picked });
 /**
@@ -396,6 +400,8 @@ export class DeliveryLoop {
   /** the attempts of inFlight that the loop started (not manual ones), held to MAX_SCHEDULED_ATTEMPTS */
   private scheduledInFlight = 0;
   private readonly perSubscription = new Map<string, number>();
+  /** how many of each subscription's attempts may be open here at once, cut for receivers that leave attempts unanswered */
+  private readonly caps = new ReceiverCaps(MAX_PER_SUBSCRIPTION);
   /**
    * earliest time the next attempt may start, per subscription with a max_rate: Infinity while
    * its last claimed attempt has not been sent yet, then the send time plus the interval
@@ -689,7 +695,7 @@ export class DeliveryLoop {
     const { config } = this.deps;
     // Its requests open here are all a subscription has under way: one process delivers.
     const running = (subscriptionId: string) => this.perSubscription.get(subscriptionId) ?? 0;
-    const saturated = [...this.perSubscription].filter(([, n]) => !served(n, n, room)).map(([id]) => id);
+    const saturated = [...this.perSubscription].filter(([id, n]) => !served(n, n, room, this.caps.capOf(id))).map(([id]) => id);
     const underWay = this.underWay();
     const picked: DueDelivery[] = [];
     const paced = new Map<string, number>();
@@ -698,7 +704,8 @@ export class DeliveryLoop {
     for (const { id: subscriptionId, max_rate } of fewestFirst(due, (s) => running(s.id))) {
       const left = after(room, picked.length);
       const n = running(subscriptionId);
-      let take = served(n, n, left) ? roomFor(n, n, left) : 0;
+      const cap = this.caps.capOf(subscriptionId);
+      let take = served(n, n, left, cap) ? roomFor(n, n, left, cap) : 0;
       if (take <= 0) continue;
       if (max_rate !== null) {
         const slot = this.nextSlotOf(subscriptionId, 1000 / max_rate, now);
@@ -738,11 +745,15 @@ export class DeliveryLoop {
     for (const subscription of fewestFirst(await lockSubscriptionsWithDueDeliveries(tx, at), (s) => s.leased)) {
       const left = after(room, picked.length);
       const openHere = this.perSubscription.get(subscription.id) ?? 0;
-      const take = served(subscription.leased, openHere, left) ? roomFor(subscription.leased, openHere, left) : 0;
-      // Held below its cap by this instance's slots, the subscription keeps due deliveries (it had
+      const cap = this.caps.capOf(subscription.id);
+      const take = served(subscription.leased, openHere, left, cap) ? roomFor(subscription.leased, openHere, left, cap) : 0;
+      // Held below its caps by this instance's slots, the subscription keeps due deliveries (it had
       // one at least; a room filled may leave more) that an instance with every slot free would
-      // send. One with a max_rate is sent one attempt at a time by design, and leaves none over.
-      const heldBelowCap = subscription.max_rate === null && subscription.leased <= MAX_PER_SUBSCRIPTION - REFILL && take < MAX_PER_SUBSCRIPTION - subscription.leased;
+      // send. One with a max_rate is sent one attempt at a time by design, and leaves none over;
+      // one held by its receiver's cut cap leaves none either: another instance waking for it, its
+      // own cap cut alike, would wake this one back, and so on without end.
+      const heldBelowCap =
+        subscription.max_rate === null && subscription.leased <= MAX_PER_SUBSCRIPTION - REFILL && take < Math.min(MAX_PER_SUBSCRIPTION - subscription.leased, cap - openHere);
       if (take <= 0) {
         leftOver ||= heldBelowCap;
         continue;
@@ -891,6 +902,7 @@ export class DeliveryLoop {
         onSend: openSlot,
       });
       attempt.result = result;
+      this.caps.attempted(due.subscription_id, result, this.perSubscription.get(due.subscription_id) ?? 1);
       if (result.refused_address !== null) {
         // The record names only the kind of address (any token holder reads it); the operator learns which.
         log.warn("webhook attempt refused: its target's name resolves to a non-public address", {
@@ -1107,8 +1119,10 @@ export class DeliveryLoop {
    * abortAttemptsOfDeleted ends the attempts of a subscription just deleted that are still waiting
    * for an answer, each recorded as failed: they would otherwise hold their slots, MAX_IN_FLIGHT's
    * and MAX_SCHEDULED_ATTEMPTS', until their timeouts, and a subscription made in its place could wait for them.
+   * Its receiver's cap goes with it.
    */
   private abortAttemptsOfDeleted(subscriptionId: string): void {
+    this.caps.forget(subscriptionId);
     for (const attempt of this.inFlight) {
       if (attempt.due.subscription_id === subscriptionId && attempt.result === undefined) attempt.controller.abort(new AttemptInterrupted("subscription deleted while the attempt was under way"));
     }

@@ -882,7 +882,7 @@ describe("device cookies: an operator behind a guessing address", () => {
     expect((await from(GUESSED, reset).signIn(renewed)).status).toBe(303);
 
     const NEWCOMER = { email: "newcomer@example.com", password: "the newcomer's password" };
-    const invited = await choosePassword({ code: await inviteOperator(db, NEWCOMER.email, operatorId), email: NEWCOMER.email, password: NEWCOMER.password, password_again: NEWCOMER.password });
+    const invited = await choosePassword({ code: await inviteOperator(db, NEWCOMER.email, { id: operatorId, email: OPERATOR.email }), email: NEWCOMER.email, password: NEWCOMER.password, password_again: NEWCOMER.password });
     await db.run(
       `INSERT INTO login_failures (scope, subject, failures, window_start_at, last_failure_at) VALUES ('pair', ?, 13, ?, ?)`,
       [`${emailSubject(server!.runtime.secrets, NEWCOMER.email)} ${GUESSED}`, Date.now(), Date.now()],

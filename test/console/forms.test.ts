@@ -131,17 +131,36 @@ describe("a refused form names each field and the API's reason beside it, and th
     await expectOnlyRefusals();
   }, SLOW);
 
+  /** SINCE_TOO_EARLY is the recover form refusing a since more than 14 days ago. */
+  const SINCE_TOO_EARLY = {
+    status: 422,
+    text: null,
+    links: [["since must be at most 14 days ago.", "#field-since"]],
+    focused: true,
+    fields: [{ role: "DateTime", name: "From (UTC) at most 14 days ago", description: "must be at most 14 days ago" }],
+  };
+
   test("a recovery window: the field that is wrong, why, and what was typed", async () => {
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/recover", events: ["contact.created"] })).data;
     const answer = await page.goto(url(`/console/subscriptions/${sub.id}/recover?since=2001-01-01T00:00&until=2001-01-02T00:00`));
-    expect(await refusalOf(answer?.status())).toEqual({
-      status: 422,
-      text: null,
-      links: [["since must be at most 14 days ago.", "#field-since"]],
-      focused: true,
-      fields: [{ role: "DateTime", name: "From (UTC) at most 14 days ago", description: "must be at most 14 days ago" }],
-    });
+    expect(await refusalOf(answer?.status())).toEqual(SINCE_TOO_EARLY);
     expect([await page.inputValue("input[name=since]"), await page.inputValue("input[name=until]")]).toEqual(["2001-01-01T00:00", "2001-01-02T00:00"]);
+  }, SLOW);
+
+  test("a recovery window the preview took and the confirm refuses, its since past the 14 days meanwhile: the form again, with the field and why", async () => {
+    const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/recover-late", events: ["contact.created"] })).data;
+    const since = new Date(Date.now() - 86_400_000).toISOString().slice(0, 16);
+    expect((await page.goto(url(`/console/subscriptions/${sub.id}/recover?since=${since}`)))?.status()).toBe(200);
+    // What the confirm carries once its minute has passed the 14 days (the preview counted none, so its button waits disabled).
+    const late = new Date(Math.floor((Date.now() - 14 * 86_400_000) / 60_000) * 60_000).toISOString();
+    await page.evaluate((value) => {
+      (document.querySelector("form input[type=hidden][name=since]") as HTMLInputElement).value = value;
+      (document.getElementById("recover-send") as HTMLButtonElement).disabled = false;
+    }, late);
+    const [answer] = await Promise.all([page.waitForNavigation(), page.click("#recover-send")]);
+    expect(await refusalOf(answer?.status())).toEqual(SINCE_TOO_EARLY);
+    expect(await page.inputValue("input[name=since]")).toBe(late.slice(0, 16));
+    await expectOnlyRefusals();
   }, SLOW);
 
   test("tokens, users, operators, an invitation's passwords, sign-in and the deliveries filters", async () => {
@@ -173,11 +192,11 @@ describe("a refused form names each field and the API's reason beside it, and th
     answers.signIn = await refusalOf(await sendForm("input[name=password]"));
 
     await signInWithBrowser(page, server.url);
-    const email = (name: string) => ({ role: "textbox", name, description: "must be an email address of at most 254 characters" });
+    const email = (name: string) => ({ role: "textbox", name, description: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)" });
     expect(answers).toEqual({
       token: { status: 422, text: null, links: [["name must be 1 to 100 characters.", "#field-name"]], focused: true, fields: [{ role: "textbox", name: "Name who or what uses it", description: "must be 1 to 100 characters" }] },
-      user: { status: 422, text: null, links: [["email must be an email address of at most 254 characters.", "#field-email"]], focused: true, fields: [email("Email")] },
-      operator: { status: 422, text: null, links: [["email must be an email address of at most 254 characters.", "#field-email"]], focused: true, fields: [email("Email")] },
+      user: { status: 422, text: null, links: [["email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de).", "#field-email"]], focused: true, fields: [email("Email")] },
+      operator: { status: 422, text: null, links: [["email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de).", "#field-email"]], focused: true, fields: [email("Email")] },
       // An unknown filter is no field of the form: the problem's detail says it, before the field that is.
       filters: {
         status: 422,

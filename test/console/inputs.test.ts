@@ -136,7 +136,7 @@ test("a NUL character in a console form is named on the form page, as any other 
   const page = { status: 422, type: "text/html; charset=utf-8", title: "Users · CRM console" };
   expect(users.map(({ status, type, title, notice }) => ({ status, type, title, notice }))).toEqual([
     { ...page, notice: "name must not contain the NUL character." },
-    { ...page, notice: "email must be an email address of at most 254 characters." },
+    { ...page, notice: "email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)." },
   ]);
   const subscriptions = [];
   for (const form of [{ target_url: "http://8.8.8.8/nul\u0000", events: "contact.created" }, { target_url: "http://8.8.8.8/hook", events: ["contact.created", "contact.\u0000"] }]) {

@@ -1,6 +1,8 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { databaseArgs } from "../support/backend.ts";
+import { databaseArgs, sqliteOnly } from "../support/backend.ts";
+import { findToken } from "../../server/auth/service.ts";
+import { lockDataDirectory } from "../../server/db/database.ts";
 import type { Config } from "../../server/config.ts";
 import type { Database } from "../../server/db/sql.ts";
 import { afterBlockingCommand, createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
@@ -32,9 +34,9 @@ async function setup(config: Partial<Config> = { allowPrivateTargets: true }, op
   return { h, client, other, ops, colleague };
 }
 
-/** tokenCommand runs `crm token ...` on the harness's database. */
-async function tokenCommand(h: Harness, args: string[]) {
-  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), "token", ...args, ...databaseArgs(h.rt.config)]);
+/** crm runs a `crm` command on the harness's database. */
+async function crm(h: Harness, args: string[]) {
+  const child = Bun.spawnSync([process.execPath, join(import.meta.dir, "../../server/main.ts"), ...args, ...databaseArgs(h.rt.config)]);
   await afterBlockingCommand();
   return { code: child.exitCode, out: child.stdout.toString(), err: child.stderr.toString() };
 }
@@ -70,7 +72,7 @@ describe("who made a token or a subscription", () => {
   test("is recorded for each way of making one: the console's operator (with their email), the command line, the API token a subscription was created with; unknown for one made without", async () => {
     const { h, client, ops } = await setup();
     const consoleToken = await tokenOnConsole(client, "made on the console");
-    expect((await tokenCommand(h, ["create", "--name", "made on the command line"])).code).toBe(0);
+    expect((await crm(h, ["token", "create", "--name", "made on the command line"])).code).toBe(0);
     await subscriptionOnConsole(h, client, "console-form");
     const old = await subscriptionOverApi(h, h.token, "over-the-api");
     await subscriptionOverApi(h, consoleToken, "with-the-console-token");
@@ -107,7 +109,7 @@ describe("the console shows who made each", () => {
   test("token and subscription, on the tokens page, the Subscriptions page and a subscription's page: the operator (removed once they are), the command line, the API token by name and start, unknown for one made before", async () => {
     const { h, client, other, colleague } = await setup();
     const colleagueToken = await tokenOnConsole(other, "colleague's");
-    expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+    expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
     const mine = await subscriptionOnConsole(h, client, "mine");
     const theirs = await subscriptionOnConsole(h, other, "theirs");
     const overApi = await subscriptionOverApi(h, colleagueToken, "over-the-api");
@@ -142,7 +144,7 @@ const listed = (html: string, id: string) =>
 /** madeByColleague has the colleague make a token and a subscription on the console and a subscription with that token, beside a token of the command line and subscriptions of others. */
 async function madeByColleague(h: Harness, client: ConsoleClient, other: ConsoleClient) {
   const token = await tokenOnConsole(other, "colleague's");
-  expect((await tokenCommand(h, ["create", "--name", "from a shell"])).code).toBe(0);
+  expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
   const theirs = await subscriptionOnConsole(h, other, "theirs");
   const withTheirToken = await subscriptionOverApi(h, token, "with-their-token");
   const mine = await subscriptionOnConsole(h, client, "mine");
@@ -153,6 +155,27 @@ async function madeByColleague(h: Harness, client: ConsoleClient, other: Console
 const tokenStates = async (h: Harness) => (await h.rt.db.all<{ name: string; revoked_at: number | null }>("SELECT name, revoked_at FROM api_tokens ORDER BY created_at, id")).map((t) => ({ name: t.name, revoked: t.revoked_at !== null }));
 const subscriptionStates = (h: Harness) => h.rt.db.all("SELECT description, status, disabled_reason FROM webhook_subscriptions ORDER BY created_at, id");
 const contactsWith = async (h: Harness, token: string) => (await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${token}` } })).status;
+
+/** expectTheirsStopped checks a removal with both boxes ticked: the colleague's token revoked (401), their two subscriptions disabled, each subscription.disabled made by request `requestId`; the others' left alone. */
+async function expectTheirsStopped(h: Harness, made: Awaited<ReturnType<typeof madeByColleague>>, requestId: string | null) {
+  expect(await contactsWith(h, made.token)).toBe(401);
+  expect(await tokenStates(h)).toEqual([
+    { name: "test", revoked: false },
+    { name: "colleague's", revoked: true },
+    { name: "from a shell", revoked: false },
+  ]);
+  expect(await subscriptionStates(h)).toEqual([
+    { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
+    { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
+    { description: "mine", status: "active", disabled_reason: null },
+    { description: "over-the-api", status: "active", disabled_reason: null },
+  ]);
+  const events = await h.rt.db.all<{ payload: string; request_id: string | null }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
+  expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
+    [made.theirs, requestId],
+    [made.withTheirToken, requestId],
+  ]);
+}
 
 describe("removing an operator", () => {
   test("the confirmation lists the tokens and subscriptions they made; ticked, the removal revokes those tokens (the next request with one is 401) and disables their active subscriptions, with subscription.disabled made by its request", async () => {
@@ -170,23 +193,7 @@ describe("removing an operator", () => {
     expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
     const notice = textOf(/<div class="notice[^"]*"[^>]*>([\s\S]*?)<\/div>/.exec((await client.get(removed.headers.get("location")!)).text)![1]!);
     expect(notice).toBe("Operator removed. Their sessions have ended, and the links they made no longer work. 1 API token they made is revoked (requests with it get 401); 2 subscriptions they made are disabled.");
-    expect(await contactsWith(h, made.token)).toBe(401);
-    expect(await tokenStates(h)).toEqual([
-      { name: "test", revoked: false },
-      { name: "colleague's", revoked: true },
-      { name: "from a shell", revoked: false },
-    ]);
-    expect(await subscriptionStates(h)).toEqual([
-      { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
-      { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
-      { description: "mine", status: "active", disabled_reason: null },
-      { description: "over-the-api", status: "active", disabled_reason: null },
-    ]);
-    const events = await h.rt.db.all<{ payload: string; request_id: string }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
-    expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
-      [made.theirs, removed.headers.get("x-request-id")],
-      [made.withTheirToken, removed.headers.get("x-request-id")],
-    ]);
+    await expectTheirsStopped(h, made, removed.headers.get("x-request-id"));
     // Sent again (a double click), the confirmation answers as the first did.
     const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
@@ -375,5 +382,136 @@ describe("what an operator makes while being removed", () => {
     const created = await creating;
     expect([created.status, created.headers.get("location")]).toEqual([303, "/console/login"]);
     expect(await tokenMakers(h)).toEqual([{ name: "test", created_by: null, created_by_email: null }]);
+  });
+});
+
+describe("the links an operator makes while being removed", () => {
+  // Their removal withdraws the links they made; one stored after it would let someone in for 72 hours, listed as the command line's.
+  const forms = [
+    { link: "an invitation", form: () => ({ page: "/console/operators", post: "/console/operators", fields: { email: "their.friend@example.com" } }) },
+    { link: "a password-reset link for a colleague", form: (ops: { id: string }) => ({ page: `/console/operators/${ops.id}/reset-password`, post: `/console/operators/${ops.id}/reset-password`, fields: {} }) },
+  ];
+  for (const { link, form } of forms) {
+    test(`${link} they are making on the console when they are removed is not stored: they are sent to sign in, and nothing is pending`, async () => {
+      const { h, client, other, ops, colleague } = await setup();
+      const { page, post, fields } = form(ops);
+      const shown = await other.get(page);
+      const held = holdNextSessionRead(h.rt.db);
+      const making = other.post(post, { form_key: formKeyOf(shown.text), ...fields });
+      await held.reached;
+      await removeColleague(client, colleague.id);
+      held.release();
+      const made = await making;
+      expect([made.status, made.headers.get("location")]).toEqual([303, "/console/login"]);
+      expect(await h.rt.db.all("SELECT purpose, email FROM operator_links")).toEqual([]);
+    });
+  }
+});
+
+/** madeByListed reads `crm token list`'s "made by" of each token, by its id. */
+function madeByListed(out: string): Record<string, string> {
+  return Object.fromEntries(out.trim().split("\n").map((line) => [line.split("  ")[0]!, /  made by (.*?)(?:  rate |  revoked |$)/.exec(line)![1]!]));
+}
+
+describe("on the command line", () => {
+  test("`token list` says who made each token as the console's Made by does: the operator by email, (removed) once they are, command line, unknown", async () => {
+    const { h, client, other, colleague } = await setup();
+    await tokenOnConsole(client, "mine");
+    await tokenOnConsole(other, "colleague's");
+    expect((await crm(h, ["token", "create", "--name", "from a shell"])).code).toBe(0);
+    await removeColleague(client, colleague.id);
+    const listed = await crm(h, ["token", "list"]);
+    expect([listed.code, listed.err]).toEqual([0, ""]);
+    const id = (name: string) => tokenIdOf(h, name);
+    expect(madeByListed(listed.out)).toEqual({
+      [await id("test")]: "unknown",
+      [await id("mine")]: OPERATOR.email,
+      [await id("colleague's")]: `${COLLEAGUE.email} (removed)`,
+      [await id("from a shell")]: "command line",
+    });
+    expect(madeByListed(listed.out)).toEqual(madeByCells((await client.get("/console/tokens")).text, "data-token-id"));
+  });
+
+  // Without the switches what they made stays, listed as the console's confirmation lists it; with both, it is what the console's ticked boxes do, in the removal's write, subscription.disabled made by no request.
+  const removals = [
+    {
+      switches: [],
+      said: ["1 API token they made stays active (revoke it with crm token revoke ID):", "2 subscriptions they made, or created with one of their API tokens, stay as they are (pause, disable or delete them on the console's Subscriptions page or with the API):"],
+      status: "active",
+    },
+    {
+      switches: ["--revoke-tokens", "--disable-subscriptions"],
+      said: [
+        "revoked 1 API token they made (requests with it get 401):",
+        "disabled 2 subscriptions they made, or created with one of their API tokens (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back):",
+      ],
+      status: "disabled",
+    },
+  ];
+  for (const { switches, said, status } of removals) {
+    test(`\`operator remove ${switches.join(" ") || "(no switch)"}\` removes them and says, for each token and subscription they made, what it did or that it stays`, async () => {
+      const { h, client, other, colleague } = await setup();
+      const made = await madeByColleague(h, client, other);
+      const removed = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, ...switches]);
+      const token = (await findToken(h.rt.db, await tokenIdOf(h, "colleague's")))!;
+      expect(removed).toEqual({
+        code: 0,
+        out: [
+          `removed operator ${colleague.id} (${COLLEAGUE.email}); their sessions have ended, and the links they made no longer work`,
+          said[0],
+          `  ${token.id}  ${token.prefix}…  colleague's  created ${token.created_at}  last used ${token.last_used_at}`,
+          said[1],
+          `  ${made.theirs}  ${status}  http://127.0.0.1:9/theirs  theirs`,
+          `  ${made.withTheirToken}  ${status}  http://127.0.0.1:9/with-their-token  with-their-token  created with their API token colleague's (${token.prefix}…)`,
+          "",
+        ].join("\n"),
+        err: "",
+      });
+      expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toBeNull();
+      if (switches.length > 0) return expectTheirsStopped(h, made, null);
+      expect(await contactsWith(h, made.token)).toBe(200);
+      expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
+    });
+  }
+
+  test("`operator remove` with one switch does that one and lists what stays; an operator who made nothing is said to have made nothing", async () => {
+    const { h, client, other, colleague } = await setup();
+    const made = await madeByColleague(h, client, other);
+    const removed = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--disable-subscriptions"]);
+    const token = (await findToken(h.rt.db, await tokenIdOf(h, "colleague's")))!;
+    expect(removed.out.split("\n").filter((line) => !line.startsWith("  "))).toEqual([
+      `removed operator ${colleague.id} (${COLLEAGUE.email}); their sessions have ended, and the links they made no longer work`,
+      "1 API token they made stays active (revoke it with crm token revoke ID):",
+      "disabled 2 subscriptions they made, or created with one of their API tokens (nothing more is sent to them and their pending deliveries end failed; Enable on the console's Subscriptions page, or POST .../enable, brings one back):",
+      "",
+    ]);
+    expect([removed.code, removed.err, await contactsWith(h, made.token), token.revoked_at]).toEqual([0, "", 200, null]);
+    const idle = await addOperator(h.rt.db, { email: "idle@example.com", password: "an idle operator's password" });
+    expect(await crm(h, ["operator", "remove", "--email", "IDLE@example.com", "--revoke-tokens", "--disable-subscriptions"])).toEqual({
+      code: 0,
+      out: [
+        `removed operator ${idle.id} (idle@example.com); their sessions have ended, and the links they made no longer work`,
+        "they made no API token still active",
+        "they made no subscription, themselves or with one of their API tokens",
+        "",
+      ].join("\n"),
+      err: "",
+    });
+  });
+
+  sqliteOnly("`operator remove --disable-subscriptions` is refused while a serve holds the data directory, which would send the subscription.disabled events only at its next change; nothing is changed", async () => {
+    const { h, client, other, colleague } = await setup();
+    await madeByColleague(h, client, other);
+    const unlock = lockDataDirectory(h.rt.config.dataDir)!;
+    try {
+      const refused = await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--disable-subscriptions"]);
+      expect([refused.code, refused.out]).toEqual([2, ""]);
+      expect(refused.err).toEndWith(": remove them on the console with \"Also disable their active subscriptions\" ticked, which sends subscription.disabled at once, or stop it first\n");
+      expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toEqual({ email: COLLEAGUE.email });
+      // Revoking alone queues nothing: it works beside the serve, as `crm token revoke` does.
+      expect((await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--revoke-tokens"])).code).toBe(0);
+    } finally {
+      unlock();
+    }
   });
 });

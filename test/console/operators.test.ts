@@ -397,11 +397,11 @@ describe("operators on the command line", () => {
     expect(await run(["reset-password", "--email", "nobody@example.com", "--password-stdin"], "a brand new password\n")).toEqual({ code: 2, out: "", err: "crm: No operator has the email nobody@example.com.\n" });
 
     const id = await idOf(h, "other@example.com");
-    expect(await run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended\n`, err: "" });
+    expect(await run(["remove", "--email", "other@example.com"])).toEqual({ code: 0, out: `removed operator ${id} (other@example.com); their sessions have ended, and the links they made no longer work\nthey made no API token still active\nthey made no subscription, themselves or with one of their API tokens\n`, err: "" });
     expect(await operators(h)).toEqual([OPERATOR.email]);
     expect(await run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
     expect(await run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
-    expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
+    expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E\n");
   }, 30_000);
 });
 

@@ -120,6 +120,14 @@ describe("OpenAPI document for client generators", () => {
     for (const { where, path } of operations()) if (path.startsWith("/public/v1")) expect([where, security[where]]).toEqual([where, [{ bearerAuth: [] }]]);
   });
 
+  test("every tag an operation or a webhook uses is declared once in the top-level tags, with a description, and none other", () => {
+    const used = new Set([...operations(), ...Object.values(spec.webhooks as Record<string, any>).flatMap((item) => Object.values(item))].flatMap((o: any) => (o.op ?? o).tags ?? []));
+    const declared = (spec.tags ?? []).map((tag: any) => tag.name);
+    expect([...declared].sort()).toEqual([...used].sort());
+    expect(new Set(declared).size).toBe(declared.length);
+    expect((spec.tags ?? []).filter((tag: any) => typeof tag.description !== "string" || tag.description.length < 20)).toEqual([]);
+  });
+
   test("servers names this server", () => {
     expect(spec.servers).toEqual([{ url: "/", description: "This server" }]);
   });
@@ -394,6 +402,40 @@ describe("answers as documented: statuses and headers the HTTP conventions add",
     expect(refused(subscriptionPatch.properties)).toEqual(["target_url", "events"]);
     const readOnly = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", id: "con_mine" } });
     expect([readOnly.status, readOnly.body.errors]).toEqual([422, [{ pointer: "/id", detail: "is read-only" }]]);
+  });
+
+  test("If-Match and If-None-Match state, wherever taken, the entity tags the service reads: a validator refuses what the service answers 422", async () => {
+    const conditions = operations().flatMap(({ where, op }) =>
+      (op.parameters ?? []).map((p: any) => dereference(spec, p)).filter((p: any) => p.in === "header" && /^if-(none-)?match$/.test(p.name)).map((p: any) => ({ where: `${where} ${p.name}`, schema: p.schema })),
+    );
+    expect(conditions.filter(({ schema }) => typeof schema.pattern !== "string").map(({ where }) => where)).toEqual([]);
+    const patterns = [...new Set(conditions.map(({ schema }) => schema.pattern))];
+    expect(patterns.length).toBe(1);
+    const pattern = new RegExp(patterns[0], "u");
+    const id = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).body.data.id;
+    const values = ['"1"', 'W/"1"', "*", " * ", '"1", "2"', '"1",', ', "2"', '"9", , W/"1"', "1", "", ",", " , ", '"1', '*, "1"', '"a,b"', 'W/ "1"', 'w/"1"', '"1" "2"'];
+    const disagreements = [];
+    for (const value of values) {
+      // A read answers 422 for what is not entity tags, and the document says no more of a read than of a write.
+      const read = await h.request("GET", `/public/v1/contacts/${id}`, { headers: { "if-none-match": value } });
+      const write = await h.request("PATCH", `/public/v1/contacts/${id}`, { body: { last_name: "Lovelace" }, headers: { "if-match": value } });
+      for (const [what, status] of [["read If-None-Match", read.status], ["write If-Match", write.status]] as const) {
+        if ((status === 422) === pattern.test(value)) disagreements.push(`${what} ${JSON.stringify(value)}: ${status}, pattern ${pattern.test(value) ? "takes" : "refuses"} it`);
+      }
+    }
+    expect(disagreements).toEqual([]);
+  });
+
+  test("the tag filter states what the service refuses: an empty list item, a tag over 100 characters", async () => {
+    const tag = spec.paths["/public/v1/contacts"].get.parameters.map((p: any) => dereference(spec, p)).find((p: any) => p.name === "tag").schema;
+    const pattern = new RegExp(tag.pattern, "u");
+    const long = "x".repeat(100);
+    const disagreements = [];
+    for (const value of ["vip", "vip,churned", "a b/c", ",vip", "vip,", "a,,b", ",", long, `${long}x`, `vip,${long}x`, `${long},${long}`]) {
+      const status = (await h.request("GET", `/public/v1/contacts?tag=${encodeURIComponent(value)}`)).status;
+      if ((status === 422) === pattern.test(value)) disagreements.push(`${JSON.stringify(value)}: ${status}, pattern ${pattern.test(value) ? "takes" : "refuses"} it`);
+    }
+    expect(disagreements).toEqual([]);
   });
 
   test("every POST taking an Idempotency-Key documents the 409 of a key still in use, with Retry-After", () => {

@@ -159,7 +159,7 @@ describe("accounts sync: errors", () => {
     const a = await account({ name: "Acme" });
     expect((await h.json("PATCH", `/public/v1/accounts/${MISSING}`, { body: { name: "X" } })).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: `No account with id "${MISSING}" exists.` });
     expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { name: "" } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }]));
-    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { domain: "not a domain" } })).body).toEqual(validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]));
+    expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { domain: "not a domain" } })).body).toEqual(validation([{ pointer: "/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]));
     expect((await h.json("PATCH", `/public/v1/accounts/${a.id}`, { body: { id: "acc_other", created_at: "2020-01-01T00:00:00Z" } })).body).toEqual(
       validation([
         { pointer: "/id", detail: "is read-only" },

@@ -156,7 +156,7 @@ describe("command line: happy paths", () => {
   test("user create checks its fields as POST /public/v1/users does (the email as given, untrimmed) and prints the API's field errors", async () => {
     await crm(["migrate"]);
     const refused = (detail: string) => ({ stdout: "", stderr: `crm: ${detail}\n`, code: 2 });
-    const email = "email must be an email address of at most 254 characters";
+    const email = "email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)";
     expect(await crm(["user", "create", "--name", "Ann", "--email", " ann@example.com "])).toEqual(refused(`${email}.`));
     expect(await crm(["user", "create", "--name", "", "--email", "ann@example"])).toEqual(refused(`name must be a string of 1 to 200 characters, not spaces alone (a user needs a name); ${email}.`));
     expect(await crm(["user", "create", "--name", "A".repeat(201), "--email", "ann@example.com"])).toEqual(refused("name must be a string of 1 to 200 characters, not spaces alone (a user needs a name)."));
@@ -437,6 +437,28 @@ describe("command line: errors", () => {
     expect(res.stderr).toContain("port in");
   });
 
+  test("an unexpected error is one line naming the command and the error, exit 2; --log-level debug (from any source) prints its stack too", async () => {
+    expect((await crm(["migrate"])).code).toBe(0);
+    // A schema changed by hand: no refusal foresees it.
+    const db = new Database(join(dataDir, "crm.sqlite"));
+    db.run("ALTER TABLE api_tokens RENAME COLUMN name TO label");
+    db.close();
+    const line = "crm: token create failed: SQLiteError: table api_tokens has no column named name (run it with CRM_LOG_LEVEL=debug to print its stack)\n";
+    expect(await crm(["token", "create", "--name", "ci"])).toEqual({ stdout: "", stderr: line, code: 2 });
+    const config = join(dataDir, "crm.toml");
+    writeFileSync(config, 'log_level = "debug"\n');
+    for (const [args, env] of [[["--log-level", "debug"], {}], [[], { CRM_LOG_LEVEL: "debug" }], [["--config", config], {}]] as const) {
+      const res = await crm(["token", "create", "--name", "ci", ...args], env);
+      expect({ args, code: res.code, stdout: res.stdout, first: res.stderr.split("\n")[0], stack: res.stderr.includes("\n    at ") }).toEqual({
+        args,
+        code: 2,
+        stdout: "",
+        first: "crm: token create failed: SQLiteError: table api_tokens has no column named name",
+        stack: true,
+      });
+    }
+  });
+
   test("an unknown command after options is named as the command, not the option's value", async () => {
     expect(await crm(["--log-level", "warn", "bogus"])).toEqual({ stdout: "", stderr: "crm: unknown command bogus (see --help)\n", code: 2 });
   });
@@ -700,6 +722,8 @@ describe("command line: errors", () => {
       { stdout: "", stderr: fromFile(`database_url_file in ${configFile}`), code: 2 },
     ]);
     writeFileSync(configFile, 'database_url = "postgres://crm:pw@db.interal.invalid:5432/crm"\n');
+    // As README installs it (root:crm 0640): a file every user may read is warned of first.
+    chmodSync(configFile, 0o640);
     expect((await crm(["token", "list", "--config", configFile])).stderr).toBe(
       `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (database_url in ${configFile}): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`,
     );
@@ -738,6 +762,25 @@ describe("command line: errors", () => {
     });
     chmodSync(configFile, 0o640);
     expect(await crm(["token", "list", "--config", configFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
+  });
+
+  test("a secrets key file other users may read is warned of once on stderr by every command, as serve logs it; the command goes on", async () => {
+    expect((await crm(["migrate"])).code).toBe(0);
+    // Reading the sign-in records needs the key: the data directory's is made 0600.
+    expect((await crm(["operator", "unlock", "--email", "ada@example.com"])).code).toBe(2);
+    const key = join(dataDir, "secrets.key");
+    chmodSync(key, 0o644);
+    const warning = `crm: the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW\n`;
+    const commands = [["token", "list"], ["migrate"], ["user", "list"], ["operator", "unlock", "--email", "ada@example.com"], ["secrets-key", "reset"], ["token", "list", "--secrets-key-file", key]];
+    const stderrs = async () => {
+      const warned: [string, number][] = [];
+      // One at a time: migrate and the reset hold the data directory.
+      for (const args of commands) warned.push([args.join(" "), (await crm(args)).stderr.split(warning).length - 1]);
+      return warned;
+    };
+    expect(await stderrs()).toEqual(commands.map((args) => [args.join(" "), 1]));
+    chmodSync(key, 0o600);
+    expect(await stderrs()).toEqual(commands.map((args) => [args.join(" "), 0]));
   });
 
   test("output that cannot be written (a full disk, stdout closed) is one line and exit 1, not 0; token create revokes the token nobody got, and refuses to make one for /dev/null", async () => {

@@ -21,7 +21,7 @@ async function idsFoundBy(list: "contacts" | "accounts", filter: string, values:
   return found;
 }
 
-const LOCAL_PART = "must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)";
+const LOCAL_PART = "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)";
 
 describe("international domains: stored in their ASCII form, found by either spelling", () => {
   test("a contact's email with a Unicode domain is stored with its A-label domain; the email filter and a batch match take either spelling", async () => {
@@ -37,14 +37,14 @@ describe("international domains: stored in their ASCII form, found by either spe
   test("a non-ASCII local part is refused, saying why; a domain IDNA cannot convert keeps today's words", async () => {
     expect((await h.json("POST", "/public/v1/contacts", { body: { email: "jörg@example.com" } })).body).toEqual(validation([{ pointer: "/email", detail: LOCAL_PART }]));
     expect((await h.json("POST", "/public/v1/contacts", { body: { email: "info@mü ller.de" } })).body).toEqual(
-      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, or null" }]),
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]),
     );
     // The path of a URL is no part of a domain, though IDNA would drop it silently.
     expect((await h.json("POST", "/public/v1/contacts", { body: { email: "info@müller.de/x" } })).body).toEqual(
-      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, or null" }]),
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]),
     );
     const filter = await h.json("GET", `/public/v1/contacts?email=${encodeURIComponent("jörg@example.com")}`);
-    expect(filter.body).toEqual(validation([{ parameter: "email", detail: "must be an email address of at most 254 characters; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]));
+    expect(filter.body).toEqual(validation([{ parameter: "email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de); a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]));
   });
 
   test("users and operators: a Unicode domain is stored in its ASCII form and is the same address as it; a non-ASCII local part is refused, saying why", async () => {
@@ -52,7 +52,7 @@ describe("international domains: stored in their ASCII form, found by either spe
     expect([user.status, user.body.data?.email]).toEqual([201, "jorg@xn--mller-kva.de"]);
     expect((await h.json("POST", "/public/v1/users", { body: { name: "Again", email: "JORG@xn--mller-kva.de" } })).status).toBe(409);
     expect((await h.json("POST", "/public/v1/users", { body: { name: "Jörg", email: "jörg@example.com" } })).body).toEqual(
-      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]),
+      validation([{ pointer: "/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de); a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)" }]),
     );
     expect(await createOperator(h.rt.db, { email: "ops@müller.de", password: "correct horse battery" })).toEqual({ id: expect.any(String), email: "ops@xn--mller-kva.de" });
     await expect(createOperator(h.rt.db, { email: "jörg@example.com", password: "correct horse battery" })).rejects.toThrow("a local part must be ASCII");
@@ -64,7 +64,7 @@ describe("international domains: stored in their ASCII form, found by either spe
     expect(await idsFoundBy("accounts", "domain", ["müller.de", "MÜLLER.DE", "xn--mller-kva.de"])).toEqual([[made.body.data.id], [made.body.data.id], [made.body.data.id]]);
     const batch = await h.json("POST", "/public/v1/accounts/batch", { body: { items: [{ name: "Müller GmbH", domain: "müller.de" }] } });
     expect(batch.body.data).toEqual([{ status: "updated", id: made.body.data.id }]);
-    const refused = validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]);
+    const refused = validation([{ pointer: "/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]);
     expect((await h.json("POST", "/public/v1/accounts", { body: { name: "Bad", domain: "mü ller.de" } })).body).toEqual(refused);
     expect((await h.json("POST", "/public/v1/accounts", { body: { name: "Bad", domain: "müller.de/kontakt" } })).body).toEqual(refused);
     expect((await h.json("GET", `/public/v1/accounts?domain=${encodeURIComponent("mü ller.de")}`)).body).toEqual(

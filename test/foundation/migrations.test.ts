@@ -14,6 +14,7 @@ import { MIGRATIONS, appliedVersions, migrate, pendingMigrations, type Migration
 import { createLogger } from "../../server/shared/log.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, joinedNameWarnings, oldNameKey, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
+import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 
@@ -196,6 +197,17 @@ describe("migrations: data", () => {
     expect(await readAfterKeys(app, token)).toEqual(READ_AFTER_KEYS);
   });
 
+  test("0048 drops the trailing dot of the domains that are host names spelt with one, with no new version or event, warning of a domain it gives accounts that another had; a domain that is no host name is left as it is, and named in a warning", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0048_account_domains_without_trailing_dot.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeDomainsBeforeUpgrade(db);
+    const warnings: unknown[] = [];
+    expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(await domainRows(db)).toEqual(DOMAINS_AFTER);
+    expect(warnings).toEqual(DOMAIN_WARNINGS);
+    expect(await db.all("SELECT id FROM events")).toEqual([]);
+  });
+
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {
     const version = MIGRATIONS.findIndex((m) => m.name === "0009_delivery_history_bounds.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
@@ -209,7 +221,7 @@ describe("migrations: data", () => {
     insert.run(2, 1_700_000_005_999, request(1_700_000_005, "v1,two"), JSON.stringify({ "content-type": "text/plain", date: "Tue, 14 Nov 2023 22:13:25 GMT" }), "ok");
     expect(migrate(db.sqlite)).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
     expect(db.sqlite.query("SELECT count(*) AS n FROM webhook_header_sets").get()).toEqual({ n: 2 });
-    expect((await findAttemptsByDelivery(db, "dlv_1")).map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
+    expect((await findAttemptsByDelivery(db, "dlv_1", 2)).reverse().map((a) => [JSON.parse(a.request_headers), JSON.parse(a.response_headers), a.response_body!.length])).toEqual([
       [JSON.parse(request(1_700_000_000, "v1,one")), { "content-type": "text/plain" }, 4096],
       [JSON.parse(request(1_700_000_005, "v1,two")), { "content-type": "text/plain" }, 2],
     ]);

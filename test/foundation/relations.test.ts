@@ -194,7 +194,7 @@ describe("relations: errors", () => {
       validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (an account needs a name)" }]),
     );
     expect((await h.json("POST", "/public/v1/accounts", { body: { name: "X", domain: "not a domain" } })).body).toEqual(
-      validation([{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]),
+      validation([{ pointer: "/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]),
     );
     expect((await h.json("GET", "/public/v1/accounts/acc_nope")).body).toEqual({ type: "urn:crm:problem:not-found", title: "Not Found", status: 404, detail: 'No account with id "acc_nope" exists.' });
     expectProblem(await h.json("GET", "/public/v1/accounts?industry=x"), 422, "validation");
@@ -207,7 +207,7 @@ describe("relations: errors", () => {
     await createUser(h.rt.db, { name: "A", email: "a@crm.test" });
     await expect(createUser(h.rt.db, { name: "B", email: "A@CRM.TEST" })).rejects.toThrow("A user with email a@crm.test already exists.");
     await expect(createUser(h.rt.db, { name: "", email: "b@crm.test" })).rejects.toThrow("name must be a string of 1 to 200 characters, not spaces alone (a user needs a name).");
-    await expect(createUser(h.rt.db, { name: "B", email: "b" })).rejects.toThrow("email must be an email address of at most 254 characters.");
+    await expect(createUser(h.rt.db, { name: "B", email: "b" })).rejects.toThrow("email must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de).");
   });
 });
 

@@ -231,7 +231,7 @@ describe("users: errors", () => {
     expect((await h.json("POST", "/public/v1/users", { body: { name: "", email: "x" } })).body).toEqual(
       validation([
         { pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (a user needs a name)" },
-        { pointer: "/email", detail: "must be an email address of at most 254 characters" },
+        { pointer: "/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de)" },
       ]),
     );
     expect((await h.json("PATCH", `/public/v1/users/${alan.id}`, { body: { name: "x".repeat(201) } })).body).toEqual(validation([{ pointer: "/name", detail: "must be a string of 1 to 200 characters, not spaces alone (a user needs a name)" }]));

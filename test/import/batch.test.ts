@@ -44,7 +44,7 @@ describe("contacts batch: happy paths", () => {
         { status: "unchanged", id: ada.id },
         { status: "updated", id: bob.id },
         { status: "created", id: zoe.id },
-        { status: "invalid", errors: [{ pointer: "/items/3/email", detail: "must be an email address of at most 254 characters, or null" }] },
+        { status: "invalid", errors: [{ pointer: "/items/3/email", detail: "must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null" }] },
         { status: "updated", id: zoe.id },
         { status: "created", id: keyless.id },
       ],

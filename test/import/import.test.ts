@@ -51,9 +51,13 @@ describe("crm import contacts: happy paths", () => {
     expect(invalid.map((r) => Number(r[csv.header.length]))).toEqual(csv.badRows);
     for (const record of invalid) expect(record.slice(0, csv.header.length)).toEqual(csv.records[Number(record[csv.header.length]) - 1]!);
     const errorsOf = (row: number) => invalid.find((r) => Number(r[csv.header.length]) === row)![csv.header.length + 1];
-    expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, or null");
+    expect(errorsOf(50)).toBe("Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null");
     expect(errorsOf(997)).toBe("First Name: must be a string of at most 200 characters, or null");
-    expect(errorsOf(1499)).toBe("Website: must be a domain name like example.com, or null");
+    // A website naming no host is no website: the row is imported, its company found by name, and the rows are named.
+    const notDomains = csv.records.flatMap((record, i) => (record[6] === "https://bad domain!" ? [`row ${i + 1} "https://bad domain!"`] : []));
+    expect(notDomains.length).toBeGreaterThanOrEqual(2);
+    expect(res.stderr).toEndWith(`Website: ${notDomains.length} values are not a domain name, each read as no website (its company found by name): ${notDomains.join(", ")}\n`);
+    expect(await server.db.all("SELECT DISTINCT a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id WHERE c.email = 'person1499@example.com'")).toEqual([{ name: "Acme 19", domain: "acme19.example" }]);
 
     const sample = async (email: string) => (await server.db.all("SELECT first_name, last_name, phone, external_id, properties FROM contacts WHERE email = ?", [email]));
     expect(await sample("person1@example.com")).toEqual([{ first_name: "José", last_name: "Müller Jr", phone: "+44 20 7946 0001", external_id: null, properties: "{}" }]);
@@ -191,6 +195,38 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     ]);
   }, 60_000);
 
+  test("a website that is no host name (dots, a space, one label) is no domain, said on stderr by row; its company keeps its own account; a trailing dot or a port is dropped", async () => {
+    const csv = "Email,Company,Website\nanna@alpha.example,Alpha GmbH,...\nbert@beta.example,Beta AG,...\ncora@gamma.example,Gamma,.\ndora@delta.example,Delta,a..b\nemil@epsilon.example,Epsilon,https://bad domain!\nfred@zeta.example,Zeta,kein\ngina@eta.example,Eta,https://eta.example.:8443/x\nhans@eta.example,Eta,eta.example\n";
+    const note = 'Website: 6 values are not a domain name, each read as no website (its company found by name): row 1 "...", row 2 "...", row 3 ".", row 4 "a..b", row 5 "https://bad domain!", row 6 "kein"\n';
+    const file = join(server.dir, "dots.csv");
+    writeFileSync(file, csv);
+    const dry = await runImport([file, "--dry-run"]);
+    expect([dry.code, dry.stdout]).toEqual([0, "dry run, nothing sent: 8 rows: valid 8, invalid 0\n"]);
+    expect(dry.stderr).toEndWith(note);
+    const res = await runImport([file, ...apiArgs()]);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 8 rows: created 8, updated 0, unchanged 0, invalid 0\n"]);
+    expect(res.stderr).toEndWith(note);
+    expect(await contactAccounts()).toEqual([
+      { email: "anna@alpha.example", name: "Alpha GmbH", domain: null },
+      { email: "bert@beta.example", name: "Beta AG", domain: null },
+      { email: "cora@gamma.example", name: "Gamma", domain: null },
+      { email: "dora@delta.example", name: "Delta", domain: null },
+      { email: "emil@epsilon.example", name: "Epsilon", domain: null },
+      { email: "fred@zeta.example", name: "Zeta", domain: null },
+      { email: "gina@eta.example", name: "Eta", domain: "eta.example" },
+      { email: "hans@eta.example", name: "Eta", domain: "eta.example" },
+    ]);
+    expect(await server.count("accounts")).toBe(7);
+  }, 60_000);
+
+  test("more than ten websites that are no host name: the first ten are named, and how many more", async () => {
+    const rows = Array.from({ length: 12 }, (_, i) => `p${i}@example.com,Co ${i},-.${i}`).join("\n");
+    const res = await importText("many.csv", `Email,Company,Web site\n${rows}\n`);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 12 rows: created 12, updated 0, unchanged 0, invalid 0\n"]);
+    const named = Array.from({ length: 10 }, (_, i) => `row ${i + 1} "-.${i}"`).join(", ");
+    expect(res.stderr).toEndWith(`Web site: 12 values are not a domain name, each read as no website (its company found by name): ${named}, and 2 more\n`);
+  }, 60_000);
+
   test("a website or an email with an international domain (www.müller.de) is imported in its ASCII form, one account for either spelling; a non-ASCII local part is an invalid row saying why", async () => {
     const res = await importText(
       "intl.csv",
@@ -204,7 +240,7 @@ describe("crm import contacts: rows neither lost nor merged", () => {
       { email: "jorg@example.com", name: "Müller GmbH", domain: "www.xn--mller-kva.de" },
     ]);
     expect(parseCsv(readFileSync(join(server.dir, "intl.invalid.csv"), "utf8")).slice(1)).toEqual([
-      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
+      ["jörg@example.com", "Jörg", "Müller GmbH", "www.müller.de", "3", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null; a local part must be ASCII (internationalized local parts, RFC 6531, are not accepted)"],
     ]);
   }, 60_000);
 
@@ -303,7 +339,7 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect(res.code).toBe(1);
     expect(parseCsv(readFileSync(join(server.dir, "blank-names.invalid.csv"), "utf8"))).toEqual([
       ["Email", "First Name", "", "Notes", "", "import_row", "import_errors"],
-      ["bad-email", "B", "x2", "n", "y2", "1", "Email: must be an email address of at most 254 characters, or null"],
+      ["bad-email", "B", "x2", "n", "y2", "1", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"],
     ]);
   }, 60_000);
 
@@ -356,7 +392,7 @@ describe("crm import contacts: rows refused locally", () => {
       { email: "ok@example.com", name: "GoodCo" },
     ]);
     expect(parseCsv(readFileSync(join(server.dir, "local.invalid.csv"), "utf8")).slice(1).map((r) => [r[4], r[5]])).toEqual([
-      ["1", "Email: must be an email address of at most 254 characters, or null"],
+      ["1", "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"],
       ["2", "row: needs at least one of email, first_name, last_name, phone"],
     ]);
   }, 60_000);
@@ -703,7 +739,7 @@ describe("crm import contacts: input, token and invalid-rows files", () => {
     expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);
     expect(statSync(target).mode & 0o777).toBe(0o600);
     const rows = readFileSync(target, "utf8");
-    expect(rows).toBe('Email,First Name,import_row,import_errors\nnot-an-email,Bob,2,"Email: must be an email address of at most 254 characters, or null"\n');
+    expect(rows).toBe('Email,First Name,import_row,import_errors\nnot-an-email,Bob,2,"Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null"\n');
     writeFileSync(target, `${rows}an older run's rows\n`);
     chmodSync(target, 0o640);
     expect(await runImport([file, "--dry-run", "--invalid-file", link], underUmask("0022"))).toEqual(written);

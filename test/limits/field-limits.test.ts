@@ -25,7 +25,7 @@ import {
 } from "../../server/limits/limits.ts";
 import { contactCount, eventTypes, validation } from "../foundation/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { emailOfLength, stringOfJsonBytes } from "./support.ts";
+import { domainOfLength, emailOfLength, stringOfJsonBytes } from "./support.ts";
 
 let h: Harness;
 beforeEach(async () => {
@@ -67,7 +67,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
 
   test(`email: ${MAX_EMAIL_LENGTH} characters`, async () => {
     expect(emailOfLength(MAX_EMAIL_LENGTH).length).toBe(MAX_EMAIL_LENGTH);
-    await contacts({ email: emailOfLength(MAX_EMAIL_LENGTH) }, { email: emailOfLength(MAX_EMAIL_LENGTH + 1) }, [{ pointer: "/email", detail: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, or null` }]);
+    await contacts({ email: emailOfLength(MAX_EMAIL_LENGTH) }, { email: emailOfLength(MAX_EMAIL_LENGTH + 1) }, [{ pointer: "/email", detail: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null` }]);
   });
 
   test(`phone: ${MAX_PHONE_LENGTH} characters`, async () => {
@@ -168,8 +168,22 @@ describe("field limits: accounts", () => {
     await accounts({ name: "A".repeat(MAX_NAME_LENGTH) }, { name: "A".repeat(MAX_NAME_LENGTH + 1) }, [{ pointer: "/name", detail: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }]);
   });
 
+  test("email and domain: their length is counted in ASCII form, which a domain in Unicode makes longer than sent, and the refusal says so", async () => {
+    // 22 labels of 10 ü: 244 characters as sent, 376 as xn--tdaaaaaaaaaa labels.
+    const domain = `${Array(22).fill("ü".repeat(10)).join(".")}.de`;
+    const contact = await h.json("POST", "/public/v1/contacts", { body: { email: `a@${domain}` } });
+    const account = await h.json("POST", "/public/v1/accounts", { body: { name: "A", domain } });
+    expect([`a@${domain}`.length, domain.length]).toEqual([246, 244]);
+    expect([contact.status, contact.body, account.status, account.body]).toEqual([
+      422,
+      validation([{ pointer: "/email", detail: `must be an email address of at most ${MAX_EMAIL_LENGTH} characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null` }]),
+      422,
+      validation([{ pointer: "/domain", detail: `must be a domain name like example.com of at most ${MAX_DOMAIN_LENGTH} characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null` }]),
+    ]);
+  });
+
   test(`domain: ${MAX_DOMAIN_LENGTH} characters`, async () => {
-    await accounts({ name: "A", domain: "d".repeat(MAX_DOMAIN_LENGTH) }, { name: "A", domain: "d".repeat(MAX_DOMAIN_LENGTH + 1) }, [{ pointer: "/domain", detail: "must be a domain name like example.com, or null" }]);
+    await accounts({ name: "A", domain: domainOfLength(MAX_DOMAIN_LENGTH) }, { name: "A", domain: domainOfLength(MAX_DOMAIN_LENGTH + 1) }, [{ pointer: "/domain", detail: "must be a domain name like example.com of at most 253 characters, counted in ASCII form (müller.de as xn--mller-kva.de), or null" }]);
   });
 
   test(`further properties: ${MAX_EXTRA_PROPERTIES_BYTES} bytes together`, async () => {

@@ -104,6 +104,11 @@ export function stringOfJsonBytes(bytes: number, wrap: (s: string) => unknown): 
   return wrap("x".repeat(bytes - overhead));
 }
 
+/** domainOfLength builds a host name of exactly `length` characters (more than 192), its labels 63 characters at most. */
+export function domainOfLength(length: number): string {
+  return `${"d".repeat(63)}.${"e".repeat(63)}.${"f".repeat(63)}.${"g".repeat(length - 3 * 64)}`;
+}
+
 /** emailOfLength builds a valid address of exactly `length` characters. */
 export function emailOfLength(length: number): string {
   const local = "a".repeat(64);

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { partialName, removeStalePartials } from "../../server/shared/files.ts";
 import { api, createToken, runCli, SOURCE, spawnServer, tempDir } from "./support.ts";
@@ -310,6 +310,33 @@ describe("data directory permissions", () => {
     expect(readdirSync(dataDir).sort()).toEqual(["copy.sqlite", "crm.lock", "crm.sqlite", "secrets.key"]);
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
+
+  test.skipIf(!Bun.which("strace"))("a database path that is a symbolic link to a file not there yet: the file is created 0600 through it, not by SQLite under the umask and made 0600 after", () => {
+    const dir = tempDir("perms-link");
+    const dataDir = join(dir, "data");
+    mkdirSync(join(dir, "volume"), { mode: 0o755 });
+    mkdirSync(dataDir, { mode: 0o700 });
+    const target = join(dir, "volume", "crm.sqlite");
+    symlinkSync(target, join(dataDir, "crm.sqlite"));
+    const trace = join(dir, "trace");
+    expect(runCli(["strace", "-f", "-qq", "-e", "trace=openat,open,creat", "-o", trace, ...underUmask("0022"), ...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    // The first open of the link, or of its file (SQLite resolves the link itself), that succeeded created the file.
+    const first = readFileSync(trace, "utf8")
+      .split("\n")
+      .map((line) => /"([^"]+)", (O_[A-Z_|]+)(?:, (0\d+))?\) = \d+$/.exec(line))
+      .find((match) => match?.[1] === join(dataDir, "crm.sqlite") || match?.[1] === target);
+    expect({ created: first?.[2]?.includes("O_CREAT"), mode: first?.[3], now: mode(target) }).toEqual({ created: true, mode: "0600", now: "600" });
+  }, 60_000);
+
+  test("an old crm.lock others may read (0644, from a crm before it was made 0600) is made 0600 by the next start or command, not only by one that takes the lock", () => {
+    const dataDir = join(tempDir("perms-lock"), "data");
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).exitCode).toBe(0);
+    const lock = join(dataDir, "crm.lock");
+    chmodSync(lock, 0o644);
+    // With nothing to migrate, token list takes no lock.
+    expect(runCli([...SOURCE, "token", "list", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+    expect(mode(lock)).toBe("600");
+  });
 
   test("under a umask that would take their owner's write away (0277), the directories made for it are 0700 and secrets.key 0600, and serve, with no power over modes, writes there", async () => {
     const dataDir = join(tempDir("perms-umask"), "parent", "data");

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { copyFileSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { Webhook } from "standardwebhooks";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
@@ -162,6 +162,29 @@ describe("the compiled binary, alone in an empty folder", () => {
       }
     } finally {
       rmSync(fresh, { recursive: true, force: true });
+    }
+  }, 60_000);
+
+  test("run through a symlink (/usr/local/bin/crm -> /opt/crm/crm-VERSION), by its path or found on PATH, the hints name the link as run, not the binary it points to now", async () => {
+    const fresh = tempDir("binary-linked");
+    const bin = tempDir("binary-bin");
+    const link = join(bin, "crm");
+    symlinkSync(crm, link);
+    const noDatabase = (program: string) =>
+      `crm: no database at ${join(fresh, "crm.sqlite")}; pass the running server's data directory with --data-dir DIR (or CRM_DATA_DIR, or data_dir in the --config file), or create one with: ${program} migrate --data-dir DIR; on PostgreSQL, give the database's URL (CRM_DATABASE_URL, or database_url or database_url_file in the --config file)\n`;
+    try {
+      expect(runCli([link, "token", "list", "--data-dir", fresh], { cwd: folder, env })).toEqual({ exitCode: 2, stdout: "", stderr: noDatabase(link) });
+      expect(runCli(["crm", "token", "list", "--data-dir", fresh], { cwd: folder, env: { ...env, PATH: bin } })).toEqual({ exitCode: 2, stdout: "", stderr: noDatabase("crm") });
+      const server = await spawnServer([link, "serve", "--port", "0", "--data-dir", fresh], { cwd: folder, env });
+      try {
+        const hint = server.logLines().find((line) => String(line.msg).startsWith("no API token exists yet"));
+        expect(hint?.msg).toBe(`no API token exists yet; create the first one with: ${link} token create --name my-integration --data-dir ${fresh}`);
+      } finally {
+        await server.stopWith("SIGTERM");
+      }
+    } finally {
+      rmSync(fresh, { recursive: true, force: true });
+      rmSync(bin, { recursive: true, force: true });
     }
   }, 60_000);
 

@@ -328,6 +328,35 @@ describe("configuration: invalid input names the setting", () => {
     expect([loadConfig(["--config", asArray], {}), loadConfig(["--config", asText], {})]).toEqual([lists, lists]);
   });
 
+  test("a crm.toml number TOML writes with an exponent or as inf is read as the number it is: accepted in range, else refused with the setting's range, never as not a number", () => {
+    const tiny = configFile("disable_failing_after_hours = 1e-7\nretry_schedule = [5, 1e-7]\n");
+    expect(loadConfig(["--config", tiny], {})).toEqual({ ...DEFAULT_CONFIG, disableFailingAfterHours: 1e-7, retrySchedule: [5, 1e-7] });
+    const refused = (line: string) => configError(() => loadConfig(["--config", configFile(`${line}\n`)], {})).replace(/ in \S+:/, ":");
+    expect(["port = 1e-7", "database_pool = 1e-7", "database_pool = 1e21", "shutdown_drain_ms = 2.5e-3", "disable_failing_after_hours = 1e21", "retry_schedule = [5, 1e7]", "slow_list_lane = inf", "disable_failing_after_hours = nan"].map(refused)).toEqual([
+      'invalid port: "0.0000001" is not a port number (0-65535)',
+      'invalid database_pool: "0.0000001" is not a positive whole number',
+      'invalid database_pool: "1000000000000000000000" is not a whole number from 1 to 100',
+      'invalid shutdown_drain_ms: "0.0025" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "1000000000000000000000" is not a number from 0 to 87600',
+      'invalid retry_schedule: "5,10000000" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid slow_list_lane: "inf" is not a whole number (0 or more)',
+      'invalid disable_failing_after_hours: "nan" is not a number (0 or more)',
+    ]);
+  });
+
+  test("a number past a double (1e400 in crm.toml, which TOML reads as inf; 400 digits from a flag) is refused with a bounded setting's range, as 1e21 is", () => {
+    const refused = (line: string) => configError(() => loadConfig(["--config", configFile(`${line}\n`)], {})).replace(/ in \S+:/, ":");
+    expect(["delivery_retention_days = 1e400", "disable_failing_after_hours = 1e400", "database_pool = 1e400", "retry_schedule = [5, 1e400]", "slow_list_lane = 1e400"].map(refused)).toEqual([
+      'invalid delivery_retention_days: "inf" is not a whole number from 1 to 3650',
+      'invalid disable_failing_after_hours: "inf" is not a number from 0 to 87600',
+      'invalid database_pool: "inf" is not a whole number from 1 to 100',
+      'invalid retry_schedule: "5,inf" is not a comma-separated list of seconds, each from 0 to 2592000',
+      'invalid slow_list_lane: "inf" is not a whole number (0 or more)',
+    ]);
+    const huge = `1${"0".repeat(400)}`;
+    expect(configError(() => loadConfig(["--disable-failing-after-hours", huge], {}))).toBe(`invalid --disable-failing-after-hours: "${huge}" is not a number from 0 to 87600`);
+  });
+
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
@@ -404,6 +433,24 @@ describe("configuration: invalid input names the setting", () => {
     expect(loadConfig(longest, {})).toEqual({ ...DEFAULT_CONFIG, bodyTimeoutMs: 86400000, shutdownTimeoutMs: 86400000, shutdownDrainMs: 86400000, deliveryTimeoutMs: 86400000 });
   });
 
+  test("a retention in days takes at most ten years, from a flag, the environment or crm.toml alike, as --help and README say", () => {
+    for (const [flag, env] of [["--delivery-retention-days", "CRM_DELIVERY_RETENTION_DAYS"], ["--tombstone-retention-days", "CRM_TOMBSTONE_RETENTION_DAYS"]] as const) {
+      const key = flag.slice(2).replaceAll("-", "_");
+      const file = configFile(`${key} = 1000000000\n`);
+      expect([
+        configError(() => loadConfig([flag, "3651"], {})),
+        configError(() => loadConfig([], { [env]: "9007199254740991" })),
+        configError(() => loadConfig(["--config", file], {})),
+        loadConfig([flag, "3650"], {})[SETTINGS.find((s) => s.flag === flag)!.key],
+      ]).toEqual([
+        `invalid ${flag}: "3651" is not a whole number from 1 to 3650`,
+        `invalid ${env}: "9007199254740991" is not a whole number from 1 to 3650`,
+        `invalid ${key} in ${file}: "1000000000" is not a whole number from 1 to 3650`,
+        3650,
+      ]);
+    }
+  });
+
   test("a retry delay takes at most 30 days; a longer one, which could put the next attempt past any timestamp, is refused", () => {
     expect(loadConfig(["--retry-schedule", "5,2592000"], {}).retrySchedule).toEqual([5, 2592000]);
     expect([
@@ -432,6 +479,7 @@ describe("configuration: invalid input names the setting", () => {
       [["serve", "--config", "missing.toml"], {}, "crm: config file missing.toml does not exist\n"],
       [["serve", "--metrics-token", "x"], {}, "crm: invalid --metrics-token: the value is not 16 to 200 printable ASCII characters without spaces\n"],
       [["serve", "--body-timeout-ms", "3000000000"], {}, 'crm: invalid --body-timeout-ms: "3000000000" is not a whole number from 1 to 86400000\n'],
+      [["serve"], { CRM_TOMBSTONE_RETENTION_DAYS: "36500" }, 'crm: invalid CRM_TOMBSTONE_RETENTION_DAYS: "36500" is not a whole number from 1 to 3650\n'],
     ];
     for (const [args, env, line] of cases) {
       const result = runCli([...SOURCE, ...args], { env: { PATH: process.env.PATH ?? "", CRM_DATA_DIR: dataDir, ...env } });
@@ -559,6 +607,34 @@ describe("configuration: invalid input names the setting", () => {
     } finally {
       await running.stop();
     }
+  });
+
+  test("while another process has the database open without crm.lock (a serve from before 2026-11-27 took none), a command with migrations to apply is refused and changes nothing; commands that migrate nothing run beside it, and once it is gone the migration runs", async () => {
+    const dataDir = tempDir("held-unlocked");
+    const file = join(dataDir, "crm.sqlite");
+    const old = openDatabase(databasePath(dataDir));
+    migrate(old.sqlite, MIGRATIONS.slice(0, -1));
+    await old.close();
+    // As an old serve holds it: a WAL connection that has read, open until the process ends.
+    const holder = Bun.spawn([process.execPath, "-e", `const { Database } = require("bun:sqlite"); const db = new Database(${JSON.stringify(file)}); db.run("PRAGMA journal_mode = WAL"); db.query("SELECT count(*) FROM schema_migrations").get(); console.log("open"); setInterval(() => {}, 1000);`], { stdout: "pipe", stderr: "inherit" });
+    try {
+      const reader = holder.stdout.getReader();
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("open\n");
+      const refusal = `crm: the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): stop it before the schema is changed (pending: ${MIGRATIONS.at(-1)!.name})\n`;
+      for (const command of [["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
+        const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
+        expect({ command, exitCode: refused.exitCode, stdout: refused.stdout, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
+      }
+      // A backup only reads: it copies beside the old serve as before.
+      expect(runCli([...SOURCE, "backup", join(dataDir, "copy.sqlite"), "--data-dir", dataDir]).exitCode).toBe(0);
+      const check = new Database(file, { readonly: true });
+      expect(check.query("SELECT count(*) AS n FROM schema_migrations").get()).toEqual({ n: MIGRATIONS.length - 1 });
+      check.close();
+    } finally {
+      holder.kill();
+      await holder.exited;
+    }
+    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: `applied ${MIGRATIONS.at(-1)!.name}\n`, stderr: "" });
   });
 
   test("a database a newer crm migrated is refused by serve and every command, in one line, and left as it was", async () => {

@@ -5,7 +5,7 @@ import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
-import { authorizeMetrics, DatabaseGauges, metricsText } from "../../server/ops/service.ts";
+import { authorizeMetrics, DatabaseGauges, metricsText, NotReadyLog } from "../../server/ops/service.ts";
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
@@ -101,6 +101,39 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     // The reasons are logged once while they stay the same (a load balancer probes every few seconds).
     expect(logged.map(({ time, ...line }) => line)).toEqual([{ level: "warn", msg: "not ready", reasons: { delivery_loop: "not running" } }]);
     await h.close();
+  });
+
+  test("not ready is logged when the instance becomes not ready, then at most once a minute whatever its reasons, ready answers between or not; ready again is logged after a logged not ready", async () => {
+    const logged: Record<string, unknown>[] = [];
+    const log = createLogger("info", (line) => logged.push(JSON.parse(line)));
+    const h = await createHarness({ metricsToken: METRICS_TOKEN }, { log });
+    const readiness = () => logged.filter((line) => line.msg === "not ready" || line.msg === "ready again").map(({ time, ...line }) => line);
+    const notRunning = { level: "warn", msg: "not ready", reasons: { delivery_loop: "not running" } };
+    try {
+      await readyz(h);
+      h.rt.deliveries.start();
+      expect((await call(h.app, "GET", "/readyz")).status).toBe(200);
+      await h.rt.deliveries.stop(0);
+      await readyz(h);
+      // Not ready again within the minute: counted, logged with the next line.
+      expect(readiness()).toEqual([notRunning, { level: "info", msg: "ready again" }]);
+    } finally {
+      await h.close();
+    }
+    // Two causes taking turns (a database failing now and then beside a stopped loop) are one condition, not a line per answer.
+    logged.length = 0;
+    const notReadyLog = new NotReadyLog(log);
+    const turns: Record<string, string>[] = [{ delivery_loop: "not running" }, { database: "database is locked", delivery_loop: "not running" }, { delivery_loop: "not running" }];
+    for (const reasons of turns) notReadyLog.failing(reasons);
+    expect(readiness()).toEqual([notRunning]);
+    // A check failing every other probe, ready in between, is one condition too: not two lines a probe.
+    logged.length = 0;
+    const flapping = new NotReadyLog(log);
+    for (let probe = 0; probe < 3; probe++) {
+      flapping.failing(notRunning.reasons);
+      flapping.ready();
+    }
+    expect(readiness()).toEqual([notRunning, { level: "info", msg: "ready again" }]);
   });
 
   test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {

@@ -229,7 +229,7 @@ describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may
     ]);
   }, 60_000);
 
-  test("--secrets-key-file 0440 root:nobody behind a symlink (a Kubernetes Secret with fsGroup, read-only): commands read it, and the warning gives the key to the user first", async () => {
+  test("--secrets-key-file 0440 root:nobody behind a symlink (a Kubernetes Secret with fsGroup, read-only): commands read it, and the warning, theirs and serve's, gives the key to the user first", async () => {
     const dir = copyOfGood("key-file-0440");
     const key = join(work, "mounted.key");
     cpSync(join(dir, "secrets.key"), key);
@@ -237,11 +237,10 @@ describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may
     chmodSync(key, 0o440);
     const link = join(work, "mounted-link.key");
     symlinkSync(key, link);
-    expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", link])).toEqual({ exitCode: 0, stderr: "" });
+    const warning = `the secrets key file is open to other users (mode 0440): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chown nobody ${link} && chmod 600 ${link}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW`;
+    expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", link])).toEqual({ exitCode: 0, stderr: `crm: ${warning}\n` });
     const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", dir, "--secrets-key-file", link], { cwd: "/" });
     expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
-    expect(server.logLines().filter((line) => line.level === "warn").map(({ msg }) => msg)).toEqual([
-      `the secrets key file is open to other users (mode 0440): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chown nobody ${link} && chmod 600 ${link}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW`,
-    ]);
+    expect(server.logLines().filter((line) => line.level === "warn").map(({ msg }) => msg)).toEqual([warning]);
   }, 60_000);
 });

@@ -249,12 +249,25 @@ describe("command line on PostgreSQL: refusals", () => {
     }
   });
 
-  test("backup copies nothing and says to use pg_dump, exit 2", () => {
-    expect(crm(["backup", join(dir, "copy.sqlite")])).toEqual({
+  test("backup copies nothing and says to use pg_dump, naming where the URL came from, with an example that leaves the password to ~/.pgpass, exit 2", () => {
+    const refusal = (named: string, url: string) =>
+      `crm: backup copies the SQLite database of a data directory, and this one is on PostgreSQL (the database URL given by ${named}): back it up with pg_dump, the password in ~/.pgpass (0600) rather than on the command line, which ps shows to every local user: pg_dump --format=custom --file=FILE ${url}; keep the secrets key file apart from the dump\n`;
+    expect(crm(["backup", join(dir, "copy.sqlite")])).toEqual({ exitCode: 2, stdout: "", stderr: refusal("--database-url, CRM_DATABASE_URL", database.url) });
+    expect(readdirSync(dir)).toEqual(["secrets.key"]);
+    // The several-instances layout: the URL, password and all, in the file database_url_file names.
+    const etc = join(dir, "etc-backup");
+    mkdirSync(etc);
+    const withPassword = new URL(database.url);
+    withPassword.password = "s3cret";
+    withPassword.searchParams.set("sslmode", "disable");
+    writeFileSync(join(etc, "database-url"), `${withPassword}\n`, { mode: 0o600 });
+    writeFileSync(join(etc, "crm.toml"), `database_url_file = "database-url"\nsecrets_key_file = ${JSON.stringify(keyFile)}\n`);
+    const config = join(etc, "crm.toml");
+    expect(runCli([...SOURCE, "backup", join(dir, "copy.sqlite"), "--config", config], { cwd: dir, env: { PATH: process.env.PATH ?? "" } })).toEqual({
       exitCode: 2,
       stdout: "",
-      stderr: "crm: backup copies the SQLite database of a data directory; on PostgreSQL (--database-url) back up with pg_dump (for example pg_dump --format=custom --file FILE URL) and keep the secrets key file apart from it\n",
+      stderr: refusal(`the file ${join(etc, "database-url")} that database_url_file in ${config} names`, `'${database.url}?sslmode=disable'`),
     });
-    expect(readdirSync(dir)).toEqual(["secrets.key"]);
+    rmSync(etc, { recursive: true });
   });
 });

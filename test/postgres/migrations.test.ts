@@ -16,6 +16,7 @@ import { tempDir } from "../ops/support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, joinedNameWarnings, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
+import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
@@ -229,6 +230,19 @@ describe("postgres migrations: data, account names keyed the old way after 0034"
     expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(["0042_account_names_rekeyed_again.sql"]);
     expect(await old.all("SELECT id, name_key FROM accounts ORDER BY id COLLATE \"C\"")).toEqual(NEW_NAME_KEYS);
     expect(warnings).toEqual(joinedNameWarnings("0042_account_names_rekeyed_again.sql"));
+  });
+});
+
+describe("postgres migrations: data, account domains", () => {
+  test("0048 drops the trailing dot of the domains that are host names spelt with one, with no new version or event, warning of a domain it gives accounts that another had; a domain that is no host name is left as it is, and named in a warning", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 48));
+    await storeDomainsBeforeUpgrade(old);
+    const warnings: unknown[] = [];
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 48).map((m) => m.name));
+    expect(await domainRows(old)).toEqual(DOMAINS_AFTER);
+    expect(warnings).toEqual(DOMAIN_WARNINGS);
+    expect(await old.all("SELECT id FROM events")).toEqual([]);
   });
 });
 

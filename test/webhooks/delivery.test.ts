@@ -23,6 +23,24 @@ const SLOT_FILLER_SHARES = [...Array(RESERVED_SLOTS / RESERVED_SHARE).fill(RESER
 const createContact = async (body: Record<string, unknown> = { first_name: "Ada", last_name: "Lovelace", email: "ada@example.com" }) =>
   (await h.json("POST", "/public/v1/contacts", { body })).body.data;
 
+/**
+ * hungWithBacklog starts `count` receivers that hold every request, each subscribed to
+ * contact.created with more deliveries waiting than it may run: one claim round (the loop stopped
+ * while they commit) takes what they may hold, and each keeps a backlog.
+ */
+async function hungWithBacklog(count: number): Promise<Receiver[]> {
+  const hungOnes = Array.from({ length: count }, (_, i) => receiver(`/hung-${i}`));
+  for (const hung of hungOnes) {
+    hung.hold();
+    await h.subscribe(hung.url, ["contact.created"]);
+  }
+  await h.rt.deliveries.stop(0);
+  const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 2 * MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
+  expect(batch.status).toBe(200);
+  h.rt.deliveries.start();
+  return hungOnes;
+}
+
 describe("webhook deliveries: happy paths", () => {
   test("a contact.created request verifies with standardwebhooks; webhook-id is the delivery id; data is the contact", async () => {
     h = await scope.harness();
@@ -142,6 +160,26 @@ describe("webhook deliveries: a test event", () => {
     await waitFor(() => r.received.length >= 2, "the first two requests");
     expect(r.received.slice(0, 2).map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created"]);
     expect(await h.delivery(ping.body.data.delivery_id)).toMatchObject({ event_type: "webhook.ping", status: "succeeded", attempts: 1 });
+  });
+
+  test("a test ping put ahead of a backlog shows itself due at its creation, not before it, and is still sent first (s36 slow-receiver cut)", async () => {
+    h = await scope.harness({ rateWriteBurst: 1000 });
+    const r = receiver("/ordered");
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await h.rt.deliveries.stop(0);
+    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 3 }, (_, i) => ({ first_name: `n${i}` })) } });
+    expect(batch.status).toBe(200);
+    const backlog = await h.deliveries(`subscription_id=${sub.id}`);
+    // Made a moment after the backlog, so that being due at its creation would put it last.
+    await waitFor(() => Date.now() > Math.max(...backlog.map((d) => Date.parse(d.created_at))), "a millisecond after the backlog");
+    const ping = await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/test`);
+    expect(ping.status).toBe(202);
+    const pending = await h.delivery(ping.body.data.delivery_id);
+    expect({ status: pending.status, next_attempt_at: pending.next_attempt_at }).toEqual({ status: "pending", next_attempt_at: pending.created_at });
+    expect(pending.created_at > backlog[0].next_attempt_at).toBe(true);
+    h.rt.deliveries.start();
+    await waitFor(() => r.received.length === 4, "the ping and the backlog");
+    expect(r.received.map((got) => got.json.type)).toEqual(["webhook.ping", "contact.created", "contact.created", "contact.created"]);
   });
 
   test("POST /:id/test is sent at once when the subscription's only delivery waiting is a retry due in 3 days", async () => {
@@ -317,16 +355,7 @@ describe("webhook deliveries: failures and retries", () => {
 
   test("four hung receivers with a backlog leave the last RESERVED_SLOTS to others: a healthy receiver beside them runs RESERVED_SHARE attempts at once, not one (s35 fan-out audit)", async () => {
     h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
-    const hungOnes = Array.from({ length: MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION }, (_, i) => receiver(`/hung-${i}`));
-    for (const hung of hungOnes) {
-      hung.hold();
-      await h.subscribe(hung.url, ["contact.created"]);
-    }
-    // Each has more waiting than it may run: one claim round (the loop stopped while they commit) takes what they may hold.
-    await h.rt.deliveries.stop(0);
-    const batch = await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: 2 * MAX_PER_SUBSCRIPTION }, (_, i) => ({ first_name: `n${i}` })) } });
-    expect(batch.status).toBe(200);
-    h.rt.deliveries.start();
+    const hungOnes = await hungWithBacklog(MAX_IN_FLIGHT / MAX_PER_SUBSCRIPTION);
     await waitFor(() => h.rt.deliveries.inFlightCount >= 3 * MAX_PER_SUBSCRIPTION, "the hung receivers' attempts");
     const healthy = receiver("/healthy");
     healthy.hold();
@@ -339,6 +368,37 @@ describe("webhook deliveries: failures and retries", () => {
     healthy.release();
     const deliveries = await settledDeliveries(h, `subscription_id=${sub.id}`);
     expect(deliveries.map((d) => ({ status: d.status, attempts: d.attempts }))).toEqual(Array(20).fill({ status: "succeeded", attempts: 1 }));
+    for (const hung of hungOnes) hung.release();
+  });
+
+  test("receivers that keep timing out are cut to one attempt at a time: SLOT_FILLERS of them with a backlog no longer hold every slot, and a healthy receiver beside them runs MAX_PER_SUBSCRIPTION at once (s36 slow-receiver cut)", async () => {
+    // A retry an hour away: after the first timeouts the hung receivers get their backlog's next deliveries, not their retries.
+    h = await scope.harness({ deliveryTimeoutMs: 3000, retrySchedule: [3600], rateWriteBurst: 1000 });
+    const hungOnes = await hungWithBacklog(SLOT_FILLERS);
+    const sum = (counts: number[]) => counts.reduce((a, b) => a + b, 0);
+    await waitFor(() => sum(hungOnes.map((hung) => hung.received.length)) === MAX_IN_FLIGHT, "every slot taken by the hung receivers");
+    const firstShares = hungOnes.map((hung) => hung.received.length);
+    expect(firstShares.toSorted((a, b) => a - b)).toEqual(SLOT_FILLER_SHARES);
+    // Each attempt timed out halves what its receiver may have open, down to one: once their first
+    // attempts (and any they started in the slots others freed before their own timed out) have
+    // ended, each hung receiver has one request open, not its share again.
+    await waitFor(() => hungOnes.every((hung, i) => hung.received.length > firstShares[i]! && hung.open === 1), "one request open at each hung receiver after their first ones timed out", 30_000);
+    const healthy = receiver("/healthy");
+    let open = 0;
+    let most = 0;
+    const allOpen = Promise.withResolvers<void>();
+    healthy.respond(async () => {
+      most = Math.max(most, ++open);
+      if (open === MAX_PER_SUBSCRIPTION) allOpen.resolve();
+      await allOpen.promise;
+      return new Response("ok");
+    });
+    const sub = await h.subscribe(healthy.url, ["account.created"]);
+    const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ name: `Acme ${i}` })) } });
+    expect(accounts.status).toBe(200);
+    const deliveries = await settledDeliveries(h, `subscription_id=${sub.id}&per_page=100`);
+    expect(deliveries.map((d) => ({ status: d.status, attempts: d.attempts }))).toEqual(Array(MAX_PER_SUBSCRIPTION).fill({ status: "succeeded", attempts: 1 }));
+    expect(most).toBe(MAX_PER_SUBSCRIPTION);
     for (const hung of hungOnes) hung.release();
   });
 

@@ -2,7 +2,10 @@ import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import { createLogger } from "../../server/shared/log.ts";
 import { LATEST_TIMESTAMP_MS } from "../../server/shared/time.ts";
+import { metricsText } from "../../server/ops/service.ts";
 import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
+import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { parseExposition } from "../ops/prometheus.ts";
 import { markSubscriptionFailing } from "../../server/webhooks/store.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
@@ -235,7 +238,7 @@ describe("endpoint stats", () => {
     const res = await stats(sub.id);
     expect(res.status).toBe(200);
     const empty = { from: expect.stringMatching(ISO), attempts: 0, succeeded: 0, failed: 0, success_rate: null, latency_ms: null };
-    expect(res.body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, last_24h: empty, last_7d: empty } });
+    expect(res.body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, deliveries_waiting: 0, last_24h: empty, last_7d: empty } });
   });
 
   test("a paused subscription's stats say paused, as the subscription does", async () => {
@@ -267,7 +270,7 @@ describe("endpoint stats", () => {
       success_rate: 0.6,
       latency_ms: { p50: expect.any(Number), p90: expect.any(Number), p99: expect.any(Number) },
     };
-    expect(body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, last_24h: window, last_7d: window } });
+    expect(body).toEqual({ data: { subscription_id: sub.id, status: "active", failing_since: null, deliveries_waiting: 0, last_24h: window, last_7d: window } });
     const { p50, p90, p99 } = body.data.last_24h.latency_ms;
     expect(LATENCY_BOUNDS_MS).toContain(p50);
     expect(p50).toBeLessThanOrEqual(p90);
@@ -277,6 +280,30 @@ describe("endpoint stats", () => {
     expect(p99).toBeGreaterThanOrEqual(longest);
     expect(p99).toBeLessThanOrEqual(Math.max(1, longest * 1.25));
     expect(Date.parse(body.data.last_7d.from)).toBeLessThan(Date.parse(body.data.last_24h.from));
+  });
+
+  test("deliveries due and not started are counted: in the stats of their subscription, and in crm_webhook_deliveries_waiting for those not paused (s36 slow-receiver cut)", async () => {
+    h = await scope.harness({ deliveryTimeoutMs: 30_000, rateWriteBurst: 1000 });
+    const hung = scope.receiver("/hung");
+    hung.hold();
+    const busy = await h.subscribe(hung.url, ["contact.created"]);
+    const paused = await h.subscribe(scope.receiver("/paused").url, ["account.created"]);
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${paused.id}/pause`)).status).toBe(200);
+    const backlog = MAX_PER_SUBSCRIPTION + 8;
+    expect((await h.json("POST", "/public/v1/contacts/batch", { body: { items: Array.from({ length: backlog }, (_, i) => ({ first_name: `n${i}` })) } })).status).toBe(200);
+    expect((await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: 3 }, (_, i) => ({ name: `Acme ${i}` })) } })).status).toBe(200);
+    await waitFor(() => hung.received.length === MAX_PER_SUBSCRIPTION, "the hung receiver's attempts at once");
+    const waiting = async (id: string) => (await stats(id)).body.data.deliveries_waiting;
+    const scraped = parseExposition(await metricsText(h.rt));
+    expect({ busy: await waiting(busy.id), paused: await waiting(paused.id), gauge: scraped.value("crm_webhook_deliveries_waiting"), type: scraped.types.get("crm_webhook_deliveries_waiting") }).toEqual({
+      busy: backlog - MAX_PER_SUBSCRIPTION,
+      paused: 3,
+      gauge: backlog - MAX_PER_SUBSCRIPTION,
+      type: "gauge",
+    });
+    hung.release();
+    await settledDeliveries(h, `subscription_id=${busy.id}`);
+    expect(await waiting(busy.id)).toBe(0);
   });
 
   test("an unknown subscription is 404", async () => {
@@ -346,6 +373,22 @@ describe("auto-disable in the console", () => {
     for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
       const page = await client.get(path);
       expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, "Failing since 9999-12-31 23:59:59; disabled automatically 87600 h after that if every attempt goes on failing."]);
+    }
+  });
+
+  test("a failing streak already past a lowered limit is said to be disabled at its next attempt, not at a time already gone", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 5 });
+    const sub = await h.subscribe(scope.receiver().url, ["contact.created"]);
+    // Failing for 10 h under the 120 h default, then the service restarted with 5.
+    const failingSince = Date.now() - 10 * 3_600_000;
+    await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, failingSince));
+    await addOperator(h.rt.db);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const since = new Date(failingSince).toISOString().slice(0, 19).replace("T", " ");
+    for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
+      const page = await client.get(path);
+      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, `Failing since ${since}; disabled automatically at its next attempt if that fails too (it has failed for longer than the 5 h limit).`]);
     }
   });
 

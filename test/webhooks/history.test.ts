@@ -1,7 +1,10 @@
 import { describe, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
+import { MAX_ATTEMPTS_SHOWN } from "../../server/limits/limits.ts";
+import { createOperator } from "../../server/operators/service.ts";
 import { VERSION } from "../../server/version.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
+import { ConsoleClient, OPERATOR } from "../console/support.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -117,6 +120,26 @@ describe("delivery history: happy paths", () => {
     expect(replay.headers.get("idempotent-replayed")).toBe("true");
     expect(replay.body).toEqual(res.body);
     expect(r.received.length).toBe(2);
+  });
+
+  test("a delivery's detail shows its newest attempts, at most MAX_ATTEMPTS_SHOWN, oldest first: manual retries add attempts without end", async () => {
+    h = await scope.harness({ retrySchedule: [], rateWriteBurst: 1000 });
+    const r = receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await createContact();
+    const [delivery] = await settledDeliveries(h);
+    for (let i = 0; i < MAX_ATTEMPTS_SHOWN + 1; i++) expect((await h.json("POST", `/public/v1/webhook-deliveries/${delivery.id}/retry`)).status).toBe(200);
+    const detail = await h.delivery(delivery.id);
+    expect([detail.attempts, detail.attempt_history.map((a: { attempt: number; trigger: string }) => [a.attempt, a.trigger])]).toEqual([
+      MAX_ATTEMPTS_SHOWN + 2,
+      Array.from({ length: MAX_ATTEMPTS_SHOWN }, (_, i) => [i + 3, "manual"]),
+    ]);
+    // The console's page of it says which are left out.
+    await createOperator(h.rt.db, OPERATOR);
+    const client = new ConsoleClient((request) => h.app.handle(request));
+    expect((await client.signIn()).status).toBe(303);
+    const page = (await client.get(`/console/deliveries/${delivery.id}`)).text;
+    expect([page.includes(`The newest ${MAX_ATTEMPTS_SHOWN} attempts are shown; attempts 1 to 2 are not.`), page.includes("<h3>Attempt 3</h3>"), page.includes("<h3>Attempt 2</h3>")]).toEqual([true, true, false]);
   });
 
   test("a failed manual attempt of a finished delivery leaves it failed, with no automatic retry", async () => {

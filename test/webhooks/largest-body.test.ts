@@ -15,7 +15,7 @@ import {
   MAX_TAGS,
   MAX_TAG_LENGTH,
 } from "../../server/limits/limits.ts";
-import { emailOfLength, stringOfJsonBytes } from "../limits/support.ts";
+import { domainOfLength, emailOfLength, stringOfJsonBytes } from "../limits/support.ts";
 import { waitFor, webhookTestScope } from "./support.ts";
 
 // The README tells receivers how large a delivery's body can be, so they can size their body limit
@@ -67,7 +67,7 @@ test("the largest contact and the largest account a receiver can be sent stay wi
     },
   });
   const account = await h.json("POST", "/public/v1/accounts", {
-    body: { name: escapedText(MAX_NAME_LENGTH), domain: "d".repeat(MAX_DOMAIN_LENGTH), ...(stringOfJsonBytes(MAX_EXTRA_PROPERTIES_BYTES, (s) => ({ legacy_notes: s })) as object) },
+    body: { name: escapedText(MAX_NAME_LENGTH), domain: domainOfLength(MAX_DOMAIN_LENGTH), ...(stringOfJsonBytes(MAX_EXTRA_PROPERTIES_BYTES, (s) => ({ legacy_notes: s })) as object) },
   });
   const sizes = async (type: string) => {
     const got = await waitFor(() => r.received.find((one) => one.json?.type === type), type);

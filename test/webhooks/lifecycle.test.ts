@@ -298,6 +298,28 @@ describe("recovery: errors", () => {
     expect((await h.json("POST", path, { body: { since: "yesterday" } })).body.errors).toEqual([{ pointer: "/since", detail: "must be an RFC 3339 date-time" }]);
   });
 
+  test("a leap second (second 60 at 23:59 UTC) is read as 23:59:59.999, as the time filters read it, not refused as no date-time; second 60 of another minute is", async () => {
+    h = await scope.harness();
+    const sub = await h.subscribe(receiver().url, ["contact.created"]);
+    const path = subscriptionPath(sub.id, "recover");
+    const since = new Date(Date.now() - HOUR).toISOString();
+    const refused = async (body: Record<string, string>) => (await h.json("POST", path, { body })).body.errors;
+    expect([
+      await refused({ since: "2016-12-31T23:59:60Z" }),
+      await refused({ since: "2016-12-31T15:59:60-08:00" }),
+      await refused({ since, until: "2016-12-31T23:59:60Z" }),
+      await refused({ since: "2016-12-31T23:58:60Z" }),
+      await refused({ since, until: "2016-12-31T23:59:61Z" }),
+    ]).toEqual([
+      [{ pointer: "/since", detail: "must be at most 14 days ago" }],
+      [{ pointer: "/since", detail: "must be at most 14 days ago" }],
+      [{ pointer: "/until", detail: "must be after since" }],
+      [{ pointer: "/since", detail: "must be an RFC 3339 date-time" }],
+      [{ pointer: "/until", detail: "must be an RFC 3339 date-time" }],
+    ]);
+    expect((await h.json("GET", "/public/v1/contacts?updated_after=2016-12-31T23:59:60Z")).status).toBe(200);
+  });
+
   test("an unknown subscription is 404; a disabled one is 409", async () => {
     h = await scope.harness();
     const r = receiver();

@@ -21,6 +21,8 @@ export type Responder = (request: Received, index: number) => Response | Promise
 export interface Receiver {
   url: string;
   received: Received[];
+  /** requests it has not answered yet whose connections are still open */
+  readonly open: number;
   /** respond replaces how the receiver answers from now on */
   respond(responder: Responder): void;
   /** hold makes requests wait until release() (or the server gives up on them) */
@@ -36,28 +38,48 @@ export function startReceiver(path = "/hook"): Receiver {
   const received: Received[] = [];
   let gate: Promise<void> | null = null;
   let open: () => void = () => {};
+  let unanswered = 0;
   const payloads = new PayloadCheck();
   const server: Server<unknown> = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
     idleTimeout: 0,
     async fetch(request) {
-      const body = await request.text();
-      payloads.check(body);
-      let json: any = null;
+      unanswered++;
+      let ended = false;
+      const end = () => {
+        if (ended) return;
+        ended = true;
+        unanswered--;
+      };
+      request.signal.addEventListener("abort", end, { once: true });
       try {
-        json = JSON.parse(body);
-      } catch {}
-      const entry: Received = { path: new URL(request.url).pathname, headers: Object.fromEntries(request.headers), body, json };
-      received.push(entry);
-      const index = received.length - 1;
-      if (gate) await gate;
-      return responder(entry, index);
+        return await answer(request);
+      } finally {
+        end();
+      }
     },
   });
+  /** answer records a request and answers it as told, once the receiver is not held. */
+  async function answer(request: Request): Promise<Response> {
+    const body = await request.text();
+    payloads.check(body);
+    let json: any = null;
+    try {
+      json = JSON.parse(body);
+    } catch {}
+    const entry: Received = { path: new URL(request.url).pathname, headers: Object.fromEntries(request.headers), body, json };
+    received.push(entry);
+    const index = received.length - 1;
+    if (gate) await gate;
+    return responder(entry, index);
+  }
   return {
     url: `http://127.0.0.1:${server.port}${path}`,
     received,
+    get open() {
+      return unanswered;
+    },
     respond(next) {
       responder = next;
     },

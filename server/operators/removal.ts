@@ -1,0 +1,75 @@
+import { listTokens, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from "../auth/service.ts";
+import type { Database, Db } from "../db/sql.ts";
+import type { Subscription } from "../webhooks/model.ts";
+import { disableSubscriptionsMadeBy, subscriptionsDisabled, toSubscription, type DisabledWithMaker } from "../webhooks/service.ts";
+import { listSubscriptionsMadeBy } from "../webhooks/store.ts";
+import type { Operator } from "./model.ts";
+import { dropOperator, operatorByEmail } from "./service.ts";
+
+/** OperatorMade is what an operator made that is still in use: their active API tokens, and the subscriptions they made or that were created with one of their tokens (that token, null when they made it themselves). */
+export interface OperatorMade {
+  tokens: ApiTokenInfo[];
+  subscriptions: { subscription: Subscription; via: ApiTokenInfo | null }[];
+}
+
+/** operatorMade lists what an operator made (OperatorMade), for their removal's confirmation and `operator remove`. */
+export async function operatorMade(db: Db, id: string): Promise<OperatorMade> {
+  const theirs = (await listTokens(db)).filter((t) => t.made_by?.kind === "operator" && t.made_by.id === id);
+  const subscriptions = (await listSubscriptionsMadeBy(db, id)).map((row) => ({ subscription: toSubscription(row), via: theirs.find((t) => t.id === row.created_by) ?? null }));
+  return { tokens: theirs.filter((t) => t.revoked_at === null), subscriptions };
+}
+
+/** RemovalChoices are what an operator's removal also does: the console confirmation's boxes, `operator remove`'s --revoke-tokens and --disable-subscriptions. */
+export interface RemovalChoices {
+  revokeTokens: boolean;
+  disableSubscriptions: boolean;
+}
+
+/** Removal is what an operator's removal did in its write: the operator removed, the ids of the tokens it revoked, the subscriptions it disabled. */
+export interface Removal {
+  operator: Operator;
+  tokens_revoked: string[];
+  subscriptions_disabled: DisabledWithMaker[];
+}
+
+/**
+ * dropOperatorWith removes operator `id` inside the caller's write (dropOperator: their sessions,
+ * the links for them and by them) and, in the same write, as chosen, revokes the API tokens they
+ * made and disables the subscriptions they made or created with one of those tokens, each
+ * subscription.disabled made by request `requestId` (null: a command, not a request). Call
+ * operatorRemoved with what it returns once the write has committed.
+ */
+export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, requestId: string | null, now: number): Promise<Removal> {
+  const operator = await dropOperator(tx, id);
+  const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
+  const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, requestId, now) : [];
+  return { operator, tokens_revoked: revoked, subscriptions_disabled: disabled };
+}
+
+/**
+ * operatorRemoved finishes, once its write has committed, what a removal revoked and disabled:
+ * this process forgets the revoked tokens (tokensRevoked), and the disabled subscriptions' pending
+ * deliveries are failed `chunk` per write; a refused write of those goes to `refused`, and the
+ * delivery loop's sweep fails what it left.
+ */
+export async function operatorRemoved(db: Database, removal: Pick<Removal, "tokens_revoked" | "subscriptions_disabled">, chunk: number, refused: (error: unknown) => void): Promise<void> {
+  tokensRevoked(db, removal.tokens_revoked);
+  await subscriptionsDisabled(db, removal.subscriptions_disabled, chunk, refused);
+}
+
+/**
+ * removeOperatorByEmail is `operator remove --email E`: the console's removal (dropOperatorWith),
+ * in one write that also lists what the operator made (operatorMade) as it was just before, so the
+ * command can say what it revoked and disabled and what stays. The refusal that stopped failing
+ * the disabled subscriptions' pending deliveries, after the removal committed, is `unsent` (null: none).
+ */
+export async function removeOperatorByEmail(db: Database, email: string, choices: RemovalChoices, chunk: number): Promise<{ removal: Removal; made: OperatorMade; unsent: unknown }> {
+  const { id } = await operatorByEmail(db, email);
+  const { removal, made } = await db.write(async (tx) => {
+    const made = await operatorMade(tx, id);
+    return { removal: await dropOperatorWith(tx, id, choices, null, Date.now()), made };
+  });
+  let unsent: unknown = null;
+  await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error));
+  return { removal, made, unsent };
+}
