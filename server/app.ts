@@ -3,7 +3,7 @@ import { consoleRoutes } from "../console/routes.ts";
 import { accountRoutes } from "./accounts/routes.ts";
 import { authentication } from "./auth/routes.ts";
 import { tokenRate } from "./auth/service.ts";
-import { databaseUrlFileOpenTo, type Config } from "./config.ts";
+import { configFileOpenTo, databaseUrlFileOpenTo, type Config } from "./config.ts";
 import { contactRoutes } from "./contacts/routes.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { migrateBackend, refuseNewerDatabase, tablesHomeOf, type Backend } from "./db/backend.ts";
@@ -60,6 +60,8 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   if (secretsKey.openTo) log.warn(secretsKey.openTo, { path: secretsKey.path });
   const urlFileOpenTo = databaseUrlFileOpenTo(config);
   if (urlFileOpenTo) log.warn(urlFileOpenTo, { path: config.databaseUrlFile });
+  const configOpenTo = configFileOpenTo(config);
+  if (configOpenTo) log.warn(configOpenTo, { path: config.configFileSecrets!.path });
   if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
   db.useReadLane(config.slowListLane, log);
   db.changeClock.logTo(log);

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { fileErrorText, isAbsent, notOwnedText, openToOthers } from "./shared/files.ts";
+import { fileErrorText, isAbsent, notOwnedText, openToOthers, statIfThere } from "./shared/files.ts";
 import { DAY_MS } from "./shared/time.ts";
 import { networkError, type PrivateTargets } from "./webhooks/targets.ts";
 
@@ -49,6 +49,8 @@ export interface Config {
   databaseUrlFile: string;
   /** where databaseUrl was given (no setting of its own), for the messages that send the operator to it */
   databaseUrlFrom: DatabaseUrlFrom;
+  /** the --config file and the secrets it holds (database_url, metrics_token), used or overridden; null when it holds none (no setting of its own) */
+  configFileSecrets: { path: string; keys: string[] } | null;
   /** PostgreSQL schema that holds the service's tables, whatever the role's search_path; "" is public, as long as no other schema holds them too */
   databaseSchema: string;
   /** connections each instance opens to PostgreSQL at most */
@@ -148,6 +150,7 @@ export const DEFAULT_CONFIG: Config = {
   databaseUrl: "",
   databaseUrlFile: "",
   databaseUrlFrom: URL_BY_FLAG_OR_ENV,
+  configFileSecrets: null,
   databaseSchema: "",
   databasePool: 10,
   databaseAnswerTimeoutSeconds: 5,
@@ -629,6 +632,18 @@ export function unknownEnvironmentText(env: Record<string, string | undefined>):
 }
 
 /**
+ * configFileOpenTo words the warning of a --config file holding database_url or metrics_token that
+ * every user may read, or null: its group may (README installs it root:crm 0640). Serve logs it, a
+ * command prints it.
+ */
+export function configFileOpenTo(config: Pick<Config, "configFileSecrets">): string | null {
+  const held = config.configFileSecrets;
+  const mode = held ? (statIfThere(held.path)?.mode ?? 0) & 0o777 : 0;
+  if (!held || (mode & 0o007) === 0) return null;
+  return `the config file ${held.path} holds ${held.keys.join(" and ")} and every user may read it (mode 0${mode.toString(8)}): whoever does has them; make it unreadable to others: chmod o-rwx ${held.path} (or move them to database_url_file and the environment)`;
+}
+
+/**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
  */
@@ -692,6 +707,9 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   }
   const urlSetting = settingOf("databaseUrl");
   const urlFileSetting = settingOf("databaseUrlFile");
+  // Held in the file whether or not a flag or the environment overrides them.
+  const heldKeys = [urlSetting, settingOf("metricsToken")].map(fileKey).filter((key) => key in file);
+  if (heldKeys.length > 0) config.configFileSecrets = { path: resolve(configPath!), keys: heldKeys };
   // A command given the service's crm.toml reaches its database with --config, the password kept out of argv.
   const byConfig = () => ({ reach: ["--config", resolve(configPath!)] });
   if (config.databaseUrlFile) {

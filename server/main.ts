@@ -2,14 +2,14 @@
 import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
-import { ConfigError, DEFAULT_CONFIG, SETTINGS, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, unknownEnvironmentText, urlWithoutPassword, type Config } from "./config.ts";
+import { ConfigError, DEFAULT_CONFIG, SETTINGS, configFileOpenTo, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, unknownEnvironmentText, urlWithoutPassword, type Config } from "./config.ts";
 import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
 import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
-import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
+import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
 import { madeByText } from "./shared/made-by.ts";
@@ -27,9 +27,12 @@ import { errorCode } from "./shared/thrown.ts";
 import { fileErrorText, isAbsent, notOwnedText, pathExists, statIfThere } from "./shared/files.ts";
 import { ProblemError } from "./shared/problem.ts";
 import { BackupError, backupDatabase } from "./ops/service.ts";
+import { vacuumInPlace } from "./ops/store.ts";
+import { sameBytes } from "./shared/crypto.ts";
 import { COPY_USAGE, copyToPostgresCommand } from "./db/copy-to-postgres.ts";
 import { readOnlyWriteRefusal } from "./db/postgres.ts";
 import { ImportError } from "./import/client.ts";
+import { isLoopbackHost } from "./http/client-address.ts";
 import { importContacts, importCounts } from "./import/service.ts";
 import { commandHere, shellWord, startServer } from "./server.ts";
 import { BUILD } from "./version.ts";
@@ -69,6 +72,10 @@ Commands:
   operator unlock --email E          forget the failed sign-ins counted against an operator, so
                                      addresses slowed by them may try again at once
   backup FILE                        copy the database into a new FILE; safe while serving
+  secrets-key rotate --new-key-file FILE
+                                     seal every signing secret anew with the key in FILE and
+                                     make it the database's (the service stopped); then start
+                                     every instance with FILE: the old key is refused
   secrets-key reset [--yes-disable-every-subscription]
                                      when the secrets key is lost: give every webhook
                                      subscription a new secret under the key the next start
@@ -78,10 +85,12 @@ Commands:
                                      copy the data directory's database into the empty
                                      PostgreSQL database FILE names (see copy-to-postgres --help)
   import contacts FILE.csv|FILE.jsonl --url URL --token-file F [--map "Col=field,..."]
-         [--trial] [--dry-run] [--invalid-file PATH]
+         [--trial] [--dry-run] [--invalid-file PATH] [--allow-plain-http]
                                      import contacts (and their accounts) through a server's
                                      batch API; safe to run again after a crash; exit 1 when
-                                     some rows were invalid (they are written to PATH)
+                                     some rows were invalid (they are written to PATH); an
+                                     http:// URL to another machine is refused without
+                                     --allow-plain-http: the token would cross unencrypted
   --version                          print the version
   --help                             print this help
 
@@ -107,7 +116,7 @@ const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
-const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file"] as const;
+const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file", "--new-key-file"] as const;
 
 /** VALUE_OPTIONS are the options whose next argument is their value: the settings but the flags (isFlag), --config and the commands' own. */
 const VALUE_OPTIONS: ReadonlySet<string> = new Set(["--config", ...SETTINGS.filter((s) => !isFlag(s)).map((s) => s.flag), ...COMMAND_VALUE_OPTIONS]);
@@ -202,10 +211,11 @@ function loadCommandConfig(args: string[], { serving = false }: { serving?: bool
 
 /**
  * noteSettingsWarnings warns on stderr of CRM_ variables that name no setting (unknownEnvironmentText) and of a
- * secrets key or database URL file other users may read (secretsKeyOpenTo, databaseUrlFileOpenTo), as serve logs them; the command goes on.
+ * secrets key, database URL file or --config file holding secrets that other users may read (secretsKeyOpenTo,
+ * databaseUrlFileOpenTo, configFileOpenTo), as serve logs them; the command goes on.
  */
 function noteSettingsWarnings(config: Config): void {
-  for (const warning of [unknownEnvironmentText(process.env), secretsKeyOpenTo(config), databaseUrlFileOpenTo(config)]) if (warning) process.stderr.write(`crm: ${warning}\n`);
+  for (const warning of [unknownEnvironmentText(process.env), secretsKeyOpenTo(config), databaseUrlFileOpenTo(config), configFileOpenTo(config)]) if (warning) process.stderr.write(`crm: ${warning}\n`);
 }
 
 /**
@@ -367,7 +377,7 @@ async function openConfiguredDatabase(config: Config, options: { setUp?: boolean
 
 /** RESET_FLAG confirms a secrets key reset; without it the reset lists what it would change. */
 const RESET_FLAG = "--yes-disable-every-subscription";
-const SECRETS_KEY_USAGE = `usage: secrets-key reset [${RESET_FLAG}] (only when the database's secrets key is lost; without the flag it lists what it would change)`;
+const SECRETS_KEY_USAGE = `usage: secrets-key rotate --new-key-file FILE (a key others may have read) | secrets-key reset [${RESET_FLAG}] (only when the database's secrets key is lost; without the flag it lists what it would change)`;
 
 /** plural counts `n` things, named `one` or `many`. */
 const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
@@ -468,6 +478,77 @@ async function secretsKeyResetCommand(args: string[]): Promise<number> {
       `crm: warning: the reset is done, but failing its pending deliveries was refused (${refusalLine(unsent)}); those left stay pending, and none is sent: the service fails them when it starts, and every minute while it runs\n`,
     );
   }
+  return EXIT.done;
+}
+
+/** newKeyCommand is the shell command that makes a new secrets key in `file`, readable by its owner only. */
+const newKeyCommand = (file: string) => `(umask 077; head -c 32 /dev/urandom | base64 > ${file})`;
+
+/**
+ * loadNewSecretsKey reads the key `secrets-key rotate` is to seal with: it must exist, be its
+ * owner's alone (a key others may have read is no better than the one it replaces) and differ
+ * from the current one.
+ */
+function loadNewSecretsKey(config: Config, file: string, current: SecretsKey): SecretsKey {
+  const given = { secretsKeyFile: file, dataDir: config.dataDir };
+  if (!secretsKeyExists(given)) throw new ConfigError(`secrets-key rotate: the new key file ${file} does not exist; make a new key with ${newKeyCommand(file)} and run the command again`);
+  const next = loadSecretsKey(given);
+  if (next.openTo) {
+    const mode = (statSync(file).mode & 0o777).toString(8);
+    throw new ConfigError(`secrets-key rotate: the new key file ${file} is open to other users (mode 0${mode}): a key others may read is no better than the one it replaces; make it the owner's alone (chmod 600 ${file}) and run the command again; nothing was changed`);
+  }
+  if (sameBytes(next.key, current.key)) throw new ConfigError(`secrets-key rotate: ${file} holds the same key as ${current.path}, the one to replace; make a new key with ${newKeyCommand(file)}; nothing was changed`);
+  return next;
+}
+
+/**
+ * secretsKeyRotateCommand runs `secrets-key rotate --new-key-file FILE`, for a key others may have
+ * read: in one transaction it seals every secret the database holds anew with the key in FILE and
+ * records that key as the database's (rotateSecretsKey), so what is sealed opens only with it from
+ * then on; killed before that commits, the old key still opens everything. On SQLite it holds the
+ * data directory (no serve runs) and then rebuilds the database file, so that no free page or WAL
+ * frame keeps a secret sealed with the old key, or one a crm before migration 0011 kept in clear.
+ * Every instance is then started with FILE: one still given the old key refuses to start, and one
+ * left running (PostgreSQL) refuses to seal with it (sealInWrite). Run again after the commit, it
+ * finds FILE the database's key already and only says what is left to do.
+ */
+async function secretsKeyRotateCommand(args: string[]): Promise<number> {
+  args.shift();
+  const file = takeOption(args, "--new-key-file");
+  if (file === undefined) throw new ConfigError(`secrets-key rotate needs --new-key-file FILE, a new key made with ${newKeyCommand("FILE")}`);
+  const config = loadCommandConfig(args);
+  if (!config.databaseUrl) requireDatabase(config.dataDir);
+  // The key serve reads; a missing one is lost (secrets-key reset), not made here.
+  if (!config.databaseUrl && !secretsKeyExists(config)) throw new ConfigError(`there is no secrets key at ${secretsKeyPath(config)} to replace; if the database's key is lost, see secrets-key reset`);
+  const current = loadSecretsKey(config);
+  const next = loadNewSecretsKey(config, file, current);
+  const run = async () => {
+    const db = await openConfiguredDatabase(config, { locked: true });
+    try {
+      const outcome = await rotateSecretsKey(db, new SecretBox(current.key), new SecretBox(next.key));
+      // Also when run again after a rotation that committed and was stopped before the rebuild.
+      if (outcome !== "not-own-key" && db.dialect === "sqlite") db.waitingForLocks(vacuumInPlace);
+      return outcome;
+    } finally {
+      await db.close();
+    }
+  };
+  const outcome = config.databaseUrl ? await run() : await whileHoldingDataDirectory(config, "stop it first: it would go on sealing with the old key", run);
+  if (outcome === "not-own-key") {
+    throw new ConfigError(`secrets key file ${current.path} is not the key this database was used with, and the rotation needs that key to open its secrets; nothing was changed (a key that is lost: see secrets-key reset)`);
+  }
+  const rebuilt = config.databaseUrl ? "" : "; the database file was rebuilt, so its free space keeps nothing the old key sealed";
+  printOut(
+    outcome === "already-rotated"
+      ? `the database already records ${next.path} as its secrets key (a rotation committed before): nothing was sealed anew${rebuilt}
+`
+      : `sealed anew with ${next.path} the signing secrets of ${plural(outcome.subscriptions, "webhook subscription", "webhook subscriptions")} (with ${plural(outcome.previous, "previous secret", "previous secrets")} of a rotation) ` +
+          `and the secrets in ${plural(outcome.answers, "kept answer", "kept answers")} of creates and rotations; the database now records it as its secrets key, and refuses ${current.path}${rebuilt}
+`,
+  );
+  const start = config.secretsKeyFile ? `give ${next.path} to every instance in place of ${current.path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) and start them` : `mv ${next.path} ${current.path}, then start the service`;
+  printOut(`next: ${start}; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both
+`);
   return EXIT.done;
 }
 
@@ -590,7 +671,10 @@ async function eraseCommand(resource: ErasableResource, args: string[]): Promise
   return EXIT.done;
 }
 
-const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH]';
+const IMPORT_USAGE = 'usage: import contacts FILE.csv|FILE.jsonl --url URL --token-file FILE [--map "Column=field,..."] [--trial] [--dry-run] [--invalid-file PATH] [--allow-plain-http]';
+
+/** PLAIN_HTTP_FLAG lets the importer send its token over plain http to another machine, which it otherwise refuses. */
+const PLAIN_HTTP_FLAG = "--allow-plain-http";
 
 /**
  * readTokenFile reads the importer's token file. One it may not read, or not look at (behind a
@@ -613,6 +697,7 @@ async function importCommand(args: string[]): Promise<number> {
   const invalidFile = takeOption(args, "--invalid-file");
   const trial = takeFlag(args, "--trial");
   const dryRun = takeFlag(args, "--dry-run");
+  const plainHttp = takeFlag(args, PLAIN_HTTP_FLAG);
   const file = args.shift();
   if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
   let input: Stats | undefined;
@@ -629,6 +714,11 @@ async function importCommand(args: string[]): Promise<number> {
   if (!dryRun) {
     if (!url || !tokenFile) throw new ConfigError(`import needs --url and --token-file (or --dry-run); ${IMPORT_USAGE}`);
     if (!URL.canParse(url) || !/^https?:$/.test(new URL(url).protocol)) throw new ConfigError(`import: --url ${JSON.stringify(url)} is not an http(s) URL`);
+    // Every request carries the token, with full rights over contacts and webhooks; on this machine http crosses no network.
+    const { protocol, host } = new URL(url);
+    if (protocol === "http:" && !isLoopbackHost(host) && !plainHttp) {
+      throw new ConfigError(`import: --url ${printable(`http://${host}`)} is plain http to another machine: every request would carry the API token across the network unencrypted; use https://, or pass ${PLAIN_HTTP_FLAG} on a network you trust with it`);
+    }
     const token = readTokenFile(tokenFile).trim();
     if (token === "") throw new ConfigError(`import: the token file ${tokenFile} is empty`);
     // fetch would refuse the Authorization header only when sending, after every retry.
@@ -856,7 +946,7 @@ async function main(argv: string[]): Promise<number> {
     case "import":
       return importCommand(args);
     case "secrets-key":
-      return secretsKeyResetCommand(args);
+      return args[0] === "rotate" ? secretsKeyRotateCommand(args) : secretsKeyResetCommand(args);
     case "copy-to-postgres": {
       const config = loadCommandConfig(args);
       // The source is the data directory's SQLite, sealed with that directory's own key.

@@ -44,3 +44,10 @@ export function quickCheck(db: SqliteConnection): string {
     .map((row) => row.quick_check)
     .join("; ");
 }
+
+/** vacuumInPlace rebuilds the database file and empties its WAL: no free page or old log frame keeps what was overwritten or deleted. */
+// sqlite-only: VACUUM and wal_checkpoint rewrite SQLite's own files.
+export function vacuumInPlace(db: SqliteConnection): void {
+  db.run("VACUUM");
+  db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+}

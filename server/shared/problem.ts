@@ -89,6 +89,7 @@ export const PROBLEM_TYPES = [
   "database-unavailable",
   "database-busy",
   "database-newer",
+  "secrets-key-replaced",
   "too-many-connections",
   "body-buffer-full",
   "slow-lists-busy",

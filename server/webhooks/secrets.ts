@@ -1,5 +1,6 @@
 import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Database, Db } from "../db/sql.ts";
+import { ProblemError } from "../shared/problem.ts";
 import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes } from "node:crypto";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -194,9 +195,10 @@ export function loadSecretsKey(config: Pick<Config, "secretsKeyFile" | "dataDir"
   return { key, path, created: false, openTo: keyOpenTo(path) };
 }
 
-/** keyOpenTo words the warning of a key file other users may read (openToOthers), or null. */
+/** keyOpenTo words the warning of a key file other users may read (openToOthers), with the way to replace a key that may have been read, or null. */
 function keyOpenTo(path: string): string | null {
-  return openToOthers(path, "the secrets key file", "whoever may read it and gets a backup can read every signing secret");
+  const openTo = openToOthers(path, "the secrets key file", "whoever may read it and gets a backup can read every signing secret");
+  return openTo && `${openTo}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW`;
 }
 
 /**
@@ -263,8 +265,35 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
     rmSync(key.path, { force: true });
     throw new ConfigError(`secrets key file ${key.path} is missing, and this database was used with a key (it keeps a check value of it, and of any signing secrets sealed with it): put back the key kept with the database (backups do not include it), or name it with --secrets-key-file`);
   }
-  throw new ConfigError(`secrets key file ${key.path} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`);
+  throw new ConfigError(
+    `secrets key file ${key.path} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given`,
+  );
 }
+
+/**
+ * sealInWrite seals a subscription's new secret inside the write that stores it, refusing (503
+ * secrets-key-replaced) when the database records another key than the box's: crm secrets-key
+ * rotate replaced it under this running instance (one left running on PostgreSQL), and a secret
+ * sealed with the old key would open on no instance started since. Read in the write: on
+ * PostgreSQL every write takes one lock, so a rotation commits before this check, or after this
+ * write and then seals its secret anew with the rest.
+ */
+export async function sealInWrite(tx: Db, box: SecretBox, subscriptionId: string, secret: string): Promise<string> {
+  const recorded = await findSecretsKeyCheck(tx);
+  if (recorded && !sameBytes(recorded, keyCheckValue(box))) {
+    throw new ProblemError(
+      503,
+      "secrets-key-replaced",
+      "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
+      undefined,
+      { "retry-after": String(KEY_REPLACED_RETRY_AFTER_SECONDS) },
+    );
+  }
+  return box.seal(subscriptionId, secret);
+}
+
+/** KEY_REPLACED_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance left on a replaced key: time for a load balancer to send the retry elsewhere. */
+const KEY_REPLACED_RETRY_AFTER_SECONDS = 5;
 
 /**
  * StoredKey is what a database keeps of its secrets key: the check value it records and, when it
@@ -297,7 +326,7 @@ export function hasSecretsKey(stored: StoredKey): boolean {
   return stored.check !== null || stored.sealed !== null;
 }
 
-/** recordReplacedSecretsKey makes the database record the key in `box` as its own, in place of a lost one's, in the caller's write (secrets-key reset). */
+/** recordReplacedSecretsKey makes the database record the key in `box` as its own, in place of a lost or a rotated one's, in the caller's write (secrets-key reset, secrets-key rotate). */
 export async function recordReplacedSecretsKey(db: Db, box: SecretBox): Promise<void> {
   await deleteSecretsKeyCheck(db);
   await insertSecretsKeyCheck(db, keyCheckValue(box));

@@ -28,7 +28,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, SecretUnreadable, type SecretBox } from "./secrets.ts";
+import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, sealInWrite, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
@@ -56,10 +56,13 @@ import {
   insertSubscription,
   listDeliveries,
   listEverySubscription,
+  listSealedSecretAnswers,
   listSubscriptions,
   listSubscriptionsMadeBy,
+  replaceAnswerSecret,
   replaceLostSecret,
   requeueFailedDeliveries,
+  resealSubscriptionSecrets,
   type RecoveryPosition,
   rotateSubscriptionSecret,
   setSubscriptionPaused,
@@ -185,7 +188,7 @@ export async function addSubscription(rt: Runtime, tx: Db, input: SubscriptionIn
   const secret = newSecret();
   const now = Date.now();
   const id = newId("sub", now);
-  const row = newSubscriptionRow(id, input, rt.secrets.seal(id, secret), madeBy, now);
+  const row = newSubscriptionRow(id, input, await sealInWrite(tx, rt.secrets, id, secret), madeBy, now);
   await insertSubscription(tx, row, input.events);
   return answerWithSecret(tx, row, secret, 201, idempotency, now);
 }
@@ -412,6 +415,46 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
   });
 }
 
+/** KeyRotationRefusal is why a secrets key rotation changed nothing: the current key is not the database's, or the new one already is (a rotation committed before). */
+export type KeyRotationRefusal = "not-own-key" | "already-rotated";
+
+/** ResealedSecrets counts what a secrets key rotation sealed anew: subscriptions' signing secrets, the previous secrets of their rotations, and the secrets kept answers show. */
+export interface ResealedSecrets {
+  subscriptions: number;
+  previous: number;
+  answers: number;
+}
+
+/**
+ * rotateSecretsKey seals anew with `next`'s key, in one write, every secret the database holds
+ * sealed with `current`'s, the database's key: each subscription's signing secret and its
+ * rotation's previous one (in its grace period or not), and the secret in each answer kept for
+ * replaying a create or rotation; then records `next`'s key as the database's. Until that write
+ * commits `current`'s key opens all of them, after it only `next`'s. A secret `current` does not
+ * open stops it (SecretUnreadable), changing nothing. It refuses, returning why
+ * (KeyRotationRefusal), when `current` is not the database's key or `next` already is.
+ */
+export async function rotateSecretsKey(db: Database, current: SecretBox, next: SecretBox): Promise<ResealedSecrets | KeyRotationRefusal> {
+  return db.write(async (tx) => {
+    const stored = await findStoredKey(tx);
+    if (hasSecretsKey(stored) && isDatabaseSecretsKey(stored, next)) return "already-rotated";
+    if (!isDatabaseSecretsKey(stored, current)) return "not-own-key";
+    const reseal = (id: string, sealed: string) => next.seal(id, current.open(id, sealed));
+    const resealed: ResealedSecrets = { subscriptions: 0, previous: 0, answers: 0 };
+    for (const row of await listEverySubscription(tx)) {
+      await resealSubscriptionSecrets(tx, row.id, reseal(row.id, row.secret), row.previous_secret === null ? null : reseal(row.id, row.previous_secret));
+      resealed.subscriptions++;
+      if (row.previous_secret !== null) resealed.previous++;
+    }
+    for (const answer of await listSealedSecretAnswers(tx)) {
+      await replaceAnswerSecret(tx, answer, reseal(answer.subscription_id, answer.secret));
+      resealed.answers++;
+    }
+    await recordReplacedSecretsKey(tx, next);
+    return resealed;
+  });
+}
+
 /**
  * failResetDeliveries fails the pending deliveries of the subscriptions a secrets key reset
  * disabled, `batchRows` per write (failStoppedDeliveries), for POST .../recover to send again under
@@ -487,7 +530,7 @@ export async function replaceSecret(rt: Runtime, tx: Db, id: string, input: Secr
   const secret = newSecret();
   const now = Date.now();
   const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
-  if (!(await rotateSubscriptionSecret(tx, id, rt.secrets.seal(id, secret), now + graceMs, now))) return null;
+  if (!(await rotateSubscriptionSecret(tx, id, await sealInWrite(tx, rt.secrets, id, secret), now + graceMs, now))) return null;
   return answerWithSecret(tx, (await findSubscriptionById(tx, id))!, secret, 200, idempotency, now);
 }
 

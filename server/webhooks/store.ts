@@ -273,11 +273,37 @@ export function updateAnswerSecret(db: SqliteConnection, answer: SecretAnswer, s
 export async function findOneSealedSecret(db: Db): Promise<{ id: string; secret: string } | null> {
   const subscription = await db.get<{ id: string; secret: string }>("SELECT id, secret FROM webhook_subscriptions LIMIT 1");
   if (subscription) return subscription;
+  const [answer] = await listSealedSecretAnswers(db, 1);
+  return answer ? { id: answer.subscription_id, secret: answer.secret } : null;
+}
+
+/** listSealedSecretAnswers returns the kept answers that show a secret (SECRET_ANSWERS) sealed, with the subscription it is sealed to; at most `limit`. */
+export async function listSealedSecretAnswers(db: Db, limit = -1): Promise<SecretAnswer[]> {
   // Read as text on both backends; an answer kept in clear by a crm before 0011 holds no sealed secret.
-  const answer = await db.get<{ response_body: string }>(`SELECT response_body FROM idempotency_keys WHERE ${SECRET_ANSWERS} AND response_body LIKE '%"secret":"sealed-v1.%' LIMIT 1`);
-  if (!answer) return null;
-  const { data } = JSON.parse(answer.response_body) as { data: { id: string; secret: string } };
-  return { id: data.id, secret: data.secret };
+  const rows = await db.all<Omit<SecretAnswer, "subscription_id" | "secret"> & { response_body: string }>(
+    `SELECT token_id, method, path, idem_key, response_body FROM idempotency_keys WHERE ${SECRET_ANSWERS} AND response_body LIKE '%"secret":"sealed-v1.%'${limit < 0 ? "" : ` LIMIT ${limit}`}`,
+  );
+  return rows.map(({ response_body, ...key }) => {
+    const { data } = JSON.parse(response_body) as { data: { id: string; secret: string } };
+    return { ...key, subscription_id: data.id, secret: data.secret };
+  });
+}
+
+/** replaceAnswerSecret puts `sealedSecret` in place of the sealed secret a kept answer shows (a secrets key rotation's re-seal), leaving the rest of its text as it was. */
+export function replaceAnswerSecret(db: Db, answer: SecretAnswer, sealedSecret: string): Promise<number> {
+  return db.run("UPDATE idempotency_keys SET response_body = REPLACE(response_body, ?, ?) WHERE token_id = ? AND method = ? AND path = ? AND idem_key = ?", [
+    answer.secret,
+    sealedSecret,
+    answer.token_id,
+    answer.method,
+    answer.path,
+    answer.idem_key,
+  ]);
+}
+
+/** resealSubscriptionSecrets stores a subscription's signing secret and previous secret sealed anew (a secrets key rotation), its rotation's grace untouched. */
+export function resealSubscriptionSecrets(db: Db, id: string, secret: string, previousSecret: string | null): Promise<number> {
+  return db.run("UPDATE webhook_subscriptions SET secret = ?, previous_secret = ? WHERE id = ?", [secret, previousSecret, id]);
 }
 
 /** findSecretsKeyCheck returns the check value of the secrets key the database records, or null before a start has recorded one. */

@@ -5,7 +5,7 @@ import { ConfigError, type Config } from "../config.ts";
 import { SpacedLine, type Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
-import type { SecretBox } from "./secrets.ts";
+import { SecretUnreadable, type SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
 import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, StoppedLookFailed, trackFailingStreak, type StreakDisable } from "./health.ts";
 import { ReceiverCaps } from "./receiver-caps.ts";
@@ -953,7 +953,12 @@ export class DeliveryLoop {
     const scheduled = attempt.trigger === "scheduled";
     if (scheduled) this.scheduledInFlight++;
     return attempt.done
-      .catch((error: unknown) => log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }))
+      .catch((error: unknown) =>
+        // A secret this instance's key does not open: its key was replaced under it (crm secrets-key rotate); nothing was sent, and the lease's end frees the delivery for an instance with the new key.
+        error instanceof SecretUnreadable
+          ? log.error("webhook delivery not sent: this instance's secrets key does not open its subscription's signing secret; restart it with the database's key file (after crm secrets-key rotate, the new one)", { delivery_id: due.id, subscription_id: due.subscription_id })
+          : log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }),
+      )
       .finally(() => {
         this.inFlight.delete(attempt);
         if (scheduled) this.scheduledInFlight--;

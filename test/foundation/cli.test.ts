@@ -722,6 +722,8 @@ describe("command line: errors", () => {
       { stdout: "", stderr: fromFile(`database_url_file in ${configFile}`), code: 2 },
     ]);
     writeFileSync(configFile, 'database_url = "postgres://crm:pw@db.interal.invalid:5432/crm"\n');
+    // As README installs it (root:crm 0640): a file every user may read is warned of first.
+    chmodSync(configFile, 0o640);
     expect((await crm(["token", "list", "--config", configFile])).stderr).toBe(
       `crm: cannot use the PostgreSQL database at postgres://crm:***@db.interal.invalid:5432/crm (database_url in ${configFile}): the host db.interal.invalid does not resolve (ENOTFOUND): is the host name in the URL right?\n`,
     );
@@ -746,13 +748,29 @@ describe("command line: errors", () => {
     expect(await crm(["token", "list", "--database-url-file", urlFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
   });
 
+  test("a --config file holding database_url or metrics_token that every user may read is warned of too, naming what it holds and the chmod; its group reading it (root:crm 0640) is not", async () => {
+    const configFile = join(dataDir, "secrets.toml");
+    writeFileSync(configFile, 'database_url = "postgres://crm:pw@127.0.0.1:1/crm"\nmetrics_token = "a-long-metrics-token-0123456789"\n');
+    chmodSync(configFile, 0o644);
+    const unreachable = `crm: cannot use the PostgreSQL database at postgres://crm:***@127.0.0.1:1/crm (database_url in ${configFile}): connection refused (is the server running and the host and port right?)\n`;
+    expect(await crm(["token", "list", "--config", configFile])).toEqual({
+      stdout: "",
+      stderr:
+        `crm: the config file ${configFile} holds database_url and metrics_token and every user may read it (mode 0644): whoever does has them; make it unreadable to others: chmod o-rwx ${configFile} (or move them to database_url_file and the environment)\n` +
+        unreachable,
+      code: 3,
+    });
+    chmodSync(configFile, 0o640);
+    expect(await crm(["token", "list", "--config", configFile])).toEqual({ stdout: "", stderr: unreachable, code: 3 });
+  });
+
   test("a secrets key file other users may read is warned of once on stderr by every command, as serve logs it; the command goes on", async () => {
     expect((await crm(["migrate"])).code).toBe(0);
     // Reading the sign-in records needs the key: the data directory's is made 0600.
     expect((await crm(["operator", "unlock", "--email", "ada@example.com"])).code).toBe(2);
     const key = join(dataDir, "secrets.key");
     chmodSync(key, 0o644);
-    const warning = `crm: the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}\n`;
+    const warning = `crm: the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW\n`;
     const commands = [["token", "list"], ["migrate"], ["user", "list"], ["operator", "unlock", "--email", "ada@example.com"], ["secrets-key", "reset"], ["token", "list", "--secrets-key-file", key]];
     const stderrs = async () => {
       const warned: [string, number][] = [];

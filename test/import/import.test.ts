@@ -454,6 +454,27 @@ describe("crm import contacts: crash and re-run", () => {
 });
 
 describe("crm import contacts: errors", () => {
+  test("plain http to another machine is refused before anything is sent, the token would cross the network in clear; --allow-plain-http sends it all the same; loopback http needs no flag", async () => {
+    const file = join(server.dir, "one.csv");
+    writeFileSync(file, "Email\nada@example.com\n");
+    const refusal = (host: string) => ({
+      code: 2,
+      stdout: "",
+      stderr: `crm: import: --url http://${host} is plain http to another machine: every request would carry the API token across the network unencrypted; use https://, or pass --allow-plain-http on a network you trust with it\n`,
+    });
+    // Nothing listens there: refused before any connection, the path and query not repeated.
+    expect(await runImport([file, "--url", "http://192.0.2.1:8080/crm?x=1", "--token-file", server.tokenFile])).toEqual(refusal("192.0.2.1:8080"));
+    expect(await runImport([file, "--url", "http://crm.example.com", "--token-file", server.tokenFile])).toEqual(refusal("crm.example.com"));
+    expect(await server.count()).toBe(0);
+    // 0.0.0.0 is no loopback name, and on Linux it reaches the server listening on 127.0.0.1.
+    const port = new URL(server.url).port;
+    expect(await runImport([file, "--url", `http://0.0.0.0:${port}`, "--token-file", server.tokenFile])).toEqual(refusal(`0.0.0.0:${port}`));
+    expect(await runImport([file, "--url", `http://0.0.0.0:${port}`, "--token-file", server.tokenFile, "--allow-plain-http"])).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
+    // Sent again under the same keys: replayed, counted as the first run counted it.
+    expect(await runImport([file, "--url", `http://localhost:${port}`, "--token-file", server.tokenFile])).toMatchObject({ code: 0, stdout: summaryLine("imported", 1, { created: 1, updated: 0, unchanged: 0, invalid: 0 }) });
+    expect(await server.count()).toBe(1);
+  }, 60_000);
+
   test("columns named like Object.prototype's members (Constructor, toString) are ignored like any unknown column, not a crash", async () => {
     const file = join(server.dir, "odd-headers.csv");
     writeFileSync(file, "Constructor,Email,toString,__proto__,hasOwnProperty,custom_fields.constructor,custom_fields.plan\nx,ada@example.com,y,z,w,v,pro\n");

@@ -58,6 +58,8 @@ describe("configuration: sources and precedence", () => {
       trustedProxies: ["10.0.0.1", "::1"],
       shutdownTimeoutMs: 900,
       retrySchedule: [1, 2],
+      // Held by the file, though the environment's is used: warned of when every user may read the file.
+      configFileSecrets: { path: file, keys: ["metrics_token"] },
     });
   });
 
@@ -127,7 +129,7 @@ describe("configuration: sources and precedence", () => {
     });
     const file = configFile('database_url = "postgres://crm@127.0.0.1/crm"\ndatabase_pool = 2\n');
     // Where the URL came from is kept for the messages that send the operator to it, and the hints that reach it without the password.
-    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databaseUrlFrom: { named: `database_url in ${file}`, reach: ["--config", file] }, databasePool: 2 });
+    expect(loadConfig(["--config", file], {})).toEqual({ ...DEFAULT_CONFIG, databaseUrl: "postgres://crm@127.0.0.1/crm", databaseUrlFrom: { named: `database_url in ${file}`, reach: ["--config", file] }, configFileSecrets: { path: file, keys: ["database_url"] }, databasePool: 2 });
     expect(loadConfig(["--config", file], { CRM_DATABASE_URL: "postgres://crm@db/crm" }).databaseUrlFrom).toEqual({ named: "--database-url, CRM_DATABASE_URL", reach: null });
   });
 

@@ -223,7 +223,7 @@ describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may
     expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
     expect(server.logLines().filter((line) => line.level === "warn").map(({ msg, path }) => ({ msg, path }))).toEqual([
       {
-        msg: `the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}`,
+        msg: `the secrets key file is open to other users (mode 0644): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chmod 600 ${key}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW`,
         path: key,
       },
     ]);
@@ -237,7 +237,7 @@ describe.skipIf(!isRoot)("as an unprivileged user, a secrets key other users may
     chmodSync(key, 0o440);
     const link = join(work, "mounted-link.key");
     symlinkSync(key, link);
-    const warning = `the secrets key file is open to other users (mode 0440): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chown nobody ${link} && chmod 600 ${link}`;
+    const warning = `the secrets key file is open to other users (mode 0440): whoever may read it and gets a backup can read every signing secret; unless a secret store mounts it so, make it the owner's alone: chown nobody ${link} && chmod 600 ${link}; if someone may have read it, replace the key: crm secrets-key rotate --new-key-file NEW`;
     expect(asNobody(["token", "list", "--data-dir", dir, "--secrets-key-file", link])).toEqual({ exitCode: 0, stderr: `crm: ${warning}\n` });
     const server = await spawnServer([...AS_NOBODY_SOURCE, "serve", "--port", "0", "--data-dir", dir, "--secrets-key-file", link], { cwd: "/" });
     expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);

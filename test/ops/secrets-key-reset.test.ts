@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { chmodSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
 import { MIGRATIONS, migrate } from "../../server/db/migrations.ts";
@@ -10,14 +10,17 @@ import { newId } from "../../server/shared/ids.ts";
 import { SecretBox } from "../../server/webhooks/secrets.ts";
 import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
 import { CONSOLE_SUBSCRIPTION_FORM_PATH } from "../../server/webhooks/store.ts";
-import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, type Receiver } from "./support.ts";
+import { Webhook } from "standardwebhooks";
+import { api, createToken, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, waitUntil, type Receiver } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { SHUT_OUT } from "../support/permissions.ts";
 
 // A database whose secrets key is lost refuses every start, so its subscriptions' secrets cannot be
 // replaced through the API: `crm secrets-key reset` gives each a new one under the new key, disables
-// it until it is rotated, and records the new key. These run the command line on SQLite as an operator would.
+// it until it is rotated, and records the new key. A key others may have read is replaced with
+// `crm secrets-key rotate --new-key-file FILE`: every sealed secret is sealed anew with the new key in
+// one transaction, and receivers notice nothing. These run the command line on SQLite as an operator would.
 
 const env = { PATH: process.env.PATH ?? "", CRM_ALLOW_PRIVATE_TARGETS: "1" };
 let receiver: Receiver;
@@ -322,7 +325,7 @@ describe("secrets-key reset: refusals", () => {
       expect(crm(["secrets-key"])).toEqual({
         exitCode: 2,
         stdout: "",
-        stderr: "crm: usage: secrets-key reset [--yes-disable-every-subscription] (only when the database's secrets key is lost; without the flag it lists what it would change)\n",
+        stderr: "crm: usage: secrets-key rotate --new-key-file FILE (a key others may have read) | secrets-key reset [--yes-disable-every-subscription] (only when the database's secrets key is lost; without the flag it lists what it would change)\n",
       });
       expect(crm(["secrets-key", "reset", CONFIRM, CONFIRM]).stderr).toBe("crm: --yes-disable-every-subscription is given twice; give it once\n");
     } finally {
@@ -385,4 +388,137 @@ describe("secrets-key reset: a write refused after it committed", () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
   }, 120_000);
+});
+
+/** sealed reads every sealed secret the database holds: the subscriptions' (and previous ones) and the kept answers'. */
+function sealed(dataDir: string): string[] {
+  const db = new Database(join(dataDir, "crm.sqlite"), { readonly: true });
+  try {
+    const rows = db.query<{ secret: string; previous_secret: string | null }, []>("SELECT secret, previous_secret FROM webhook_subscriptions ORDER BY id").all();
+    const answers = db.query<{ secret: string }, []>("SELECT response_body ->> '$.data.secret' AS secret FROM idempotency_keys WHERE path LIKE '/public/v1/webhook-subscriptions%' ORDER BY idem_key").all();
+    return [...rows.flatMap((r) => [r.secret, r.previous_secret ?? ""]), ...answers.map((a) => a.secret)];
+  } finally {
+    db.close();
+  }
+}
+
+/** fileText is the data directory's database file and WAL as text, to look for what they still hold. */
+const fileText = (dataDir: string) =>
+  ["crm.sqlite", "crm.sqlite-wal"]
+    .map((name) => join(dataDir, name))
+    .filter((file) => existsSync(file))
+    .map((file) => readFileSync(file).toString("latin1"))
+    .join("");
+
+describe("secrets-key rotate on SQLite", () => {
+  test("refused while serve runs, without a new key, with a new key open to others or the same key; then every sealed secret is sealed anew in one transaction, the file rebuilt without the old sealed texts; the old key is refused at start, run again it says it is done, and with the new key the subscription delivers signed with its unchanged secrets and replays show them", async () => {
+    const dataDir = tempDir("key-rotate");
+    const keyPath = join(dataDir, "secrets.key");
+    const newKey = join(dataDir, "new.key");
+    try {
+      const token = createToken(SOURCE, dataDir);
+      const server = await serve(dataDir);
+      let id: string;
+      let first: string;
+      let second: string;
+      try {
+        const created = await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+        id = created.body.data.id;
+        first = created.body.data.secret;
+        // In its grace period the previous secret signs too: it is sealed anew as well.
+        const rotated = await postWithKey(server.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, { grace_hours: 1 }, "rotate-1");
+        second = rotated.body.data.secret;
+        writeSecretsKeyFile(newKey, 9);
+        expect(crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir])).toEqual({
+          exitCode: 2,
+          stdout: "",
+          stderr: `crm: the data directory "${dataDir}" is in use by a running crm serve, or a migrate or copy-to-postgres under way (it holds ${join(dataDir, "crm.lock")}): stop it first: it would go on sealing with the old key\n`,
+        });
+      } finally {
+        expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
+      const before = sealed(dataDir);
+      expect(before).toHaveLength(4);
+
+      expect(crm(["secrets-key", "rotate", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: "crm: secrets-key rotate needs --new-key-file FILE, a new key made with (umask 077; head -c 32 /dev/urandom | base64 > FILE)\n",
+      });
+      const missing = join(dataDir, "missing.key");
+      expect(crm(["secrets-key", "rotate", "--new-key-file", missing, "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets-key rotate: the new key file ${missing} does not exist; make a new key with (umask 077; head -c 32 /dev/urandom | base64 > ${missing}) and run the command again\n`,
+      });
+      chmodSync(newKey, 0o644);
+      expect(crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets-key rotate: the new key file ${newKey} is open to other users (mode 0644): a key others may read is no better than the one it replaces; make it the owner's alone (chmod 600 ${newKey}) and run the command again; nothing was changed\n`,
+      });
+      chmodSync(newKey, 0o600);
+      const copy = join(dataDir, "copy.key");
+      copyFileSync(keyPath, copy);
+      expect(crm(["secrets-key", "rotate", "--new-key-file", copy, "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets-key rotate: ${copy} holds the same key as ${keyPath}, the one to replace; make a new key with (umask 077; head -c 32 /dev/urandom | base64 > ${copy}); nothing was changed\n`,
+      });
+      expect(sealed(dataDir)).toEqual(before);
+
+      const next = `next: mv ${newKey} ${keyPath}, then start the service; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both\n`;
+      expect(crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir])).toEqual({
+        exitCode: 0,
+        stdout:
+          `sealed anew with ${newKey} the signing secrets of 1 webhook subscription (with 1 previous secret of a rotation) and the secrets in 2 kept answers of creates and rotations; the database now records it as its secrets key, and refuses ${keyPath}; the database file was rebuilt, so its free space keeps nothing the old key sealed\n` +
+          next,
+        stderr: "",
+      });
+      const after = sealed(dataDir);
+      // Each sealed anew (another nonce, another key), the four characters shown masked kept.
+      expect(after.map((s, i) => [s === before[i], s.slice(0, 15) === before[i]!.slice(0, 15)])).toEqual(before.map(() => [false, true]));
+      const text = fileText(dataDir);
+      expect(before.filter((s) => text.includes(s.slice(15)))).toEqual([]);
+
+      expect(crm(["serve", "--port", "0", "--data-dir", dataDir])).toEqual({
+        exitCode: 2,
+        stdout: "",
+        stderr: `crm: secrets key file ${keyPath} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given\n`,
+      });
+      // Run again (was the first run's commit in?), it finds the new key the database's already.
+      expect(crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir])).toEqual({
+        exitCode: 0,
+        stdout: `the database already records ${newKey} as its secrets key (a rotation committed before): nothing was sealed anew; the database file was rebuilt, so its free space keeps nothing the old key sealed\n${next}`,
+        stderr: "",
+      });
+      expect(sealed(dataDir)).toEqual(after);
+
+      renameSync(newKey, keyPath);
+      const restarted = await serve(dataDir);
+      try {
+        const replays = await Promise.all([
+          postWithKey(restarted.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1"),
+          postWithKey(restarted.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, { grace_hours: 1 }, "rotate-1"),
+        ]);
+        expect(replays.map((r) => [r.status, r.replayed, r.body.data.secret])).toEqual([
+          [201, true, first],
+          [200, true, second],
+        ]);
+        expect((await api(restarted.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" })).status).toBe(201);
+        await waitUntil(() => receiver.received.length > 0, "the delivery", restarted.proc);
+        const [sent] = receiver.received;
+        const headers = { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature };
+        // Signed by the new secret and, in its grace, the previous one: both verify.
+        const payloads = [second, first].map((secret) => new Webhook(secret).verify(sent!.body, headers));
+        expect(payloads).toEqual([expect.objectContaining({ type: "contact.created" }), expect.objectContaining({ type: "contact.created" })]);
+        expect(sent!.signature.split(" ")).toHaveLength(2);
+      } finally {
+        expect(await restarted.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
+    } finally {
+      receiver.received.length = 0;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
 });

@@ -296,7 +296,7 @@ describe("copy-to-postgres: a target written to around the copy", () => {
       expect(runCli([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", keyFile])).toEqual({
         exitCode: 2,
         stdout: "",
-        stderr: `crm: secrets key file ${keyFile} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)\n`,
+        stderr: `crm: secrets key file ${keyFile} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given\n`,
       });
       const copied = await spawnServer([...SOURCE, "serve", "--port", "0", "--database-url", empty.url, "--secrets-key-file", join(dataDir, "secrets.key"), "--log-level", "error"]);
       expect((await copied.stopWith("SIGTERM")).exitCode).toBe(0);

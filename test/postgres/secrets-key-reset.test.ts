@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { rmSync } from "node:fs";
+import { Webhook } from "standardwebhooks";
 import { join } from "node:path";
-import { api, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, type Receiver } from "../ops/support.ts";
+import { api, postWithKey, runCli, SOURCE, spawnServer, startReceiver, takeBackAfterKeyReset, tempDir, waitUntil, type Receiver } from "../ops/support.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
 import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
@@ -9,9 +10,13 @@ import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
 // `crm secrets-key reset` on PostgreSQL: the instances sharing a database whose key is lost are all
 // refused at start; the reset, given the new key file, gives every subscription a new secret under
 // it, disables them, and records the new key in one transaction, and instances started with the new
-// key serve, and deliver once a subscription's secret is rotated and it is enabled.
+// key serve, and deliver once a subscription's secret is rotated and it is enabled. `crm secrets-key
+// rotate` seals the secrets anew with a new key in one transaction: an instance left running on the
+// old key refuses to seal with it (503), one started with it is refused, and instances started with
+// the new key deliver, signed with the unchanged secrets.
 
 let database: TestDatabase;
+let rotated: TestDatabase;
 let dir: string;
 let lost: string;
 let fresh: string;
@@ -19,7 +24,7 @@ let unmade: string;
 let receiver: Receiver;
 
 beforeAll(async () => {
-  database = await createTestDatabase();
+  [database, rotated] = [await createTestDatabase(), await createTestDatabase()];
   dir = tempDir("pg-key-reset");
   [lost, fresh] = [1, 2].map((fill) => writeSecretsKeyFile(join(dir, `key-${fill}`), fill)) as [string, string];
   unmade = join(dir, "key-unmade");
@@ -29,12 +34,13 @@ beforeAll(async () => {
 afterAll(async () => {
   receiver.stop();
   await database?.drop();
+  await rotated?.drop();
   rmSync(dir, { recursive: true, force: true });
 });
 
-const env = () => ({ PATH: process.env.PATH ?? "", CRM_DATABASE_URL: database.url, CRM_ALLOW_PRIVATE_TARGETS: "1" });
-const crm = (args: string[]) => runCli([...SOURCE, ...args], { cwd: dir, env: env() });
-const serve = (keyFile: string) => spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--log-level", "warn"], { cwd: dir, env: env() });
+const env = (url: string) => ({ PATH: process.env.PATH ?? "", CRM_DATABASE_URL: url, CRM_ALLOW_PRIVATE_TARGETS: "1" });
+const crm = (args: string[], url = database.url) => runCli([...SOURCE, ...args], { cwd: dir, env: env(url) });
+const serve = (keyFile: string, url = database.url) => spawnServer([...SOURCE, "serve", "--port", "0", "--secrets-key-file", keyFile, "--log-level", "warn"], { cwd: dir, env: env(url) });
 
 describe("secrets-key reset on PostgreSQL", () => {
   test("a lost key: starts are refused; the reset without its flag lists the subscriptions (no key needed), with a key file not made yet says how to make it, with the database's key changes nothing; with the new key it keeps each subscription disabled with a new secret and fails its pending deliveries, and instances with the new key deliver them once it is rotated, enabled and recovered", async () => {
@@ -56,7 +62,7 @@ describe("secrets-key reset on PostgreSQL", () => {
       expect(await first.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     }
 
-    const refusal = `crm: secrets key file ${fresh} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)\n`;
+    const refusal = `crm: secrets key file ${fresh} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given\n`;
     expect(crm(["serve", "--port", "0", "--secrets-key-file", fresh])).toEqual({ exitCode: 2, stdout: "", stderr: refusal });
     const listed = `${subscriptionId!}  paused  ${receiver.url}  contact.created  1 pending\n`;
     const dryRun = {
@@ -107,6 +113,69 @@ describe("secrets-key reset on PostgreSQL", () => {
         webhookId: deliveryId!,
         payload: expect.objectContaining({ type: "contact.created", data: expect.objectContaining({ first_name: "Ada" }) }),
       });
+    } finally {
+      for (const server of [one, two]) expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    }
+  });
+});
+
+const KEY_REPLACED = {
+  type: "urn:crm:problem:secrets-key-replaced",
+  title: "Service Unavailable",
+  status: 503,
+  detail:
+    "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
+};
+
+describe("secrets-key rotate on PostgreSQL", () => {
+  test("every secret sealed anew with the new key; an instance left on the old key refuses to seal, a start with it is refused; instances with the new key replay the secrets and deliver signed with them", async () => {
+    const old = lost;
+    receiver.received.length = 0;
+    const token = crm(["token", "create", "--name", "ops", "--secrets-key-file", old], rotated.url).stdout.trim();
+    const left = await serve(old, rotated.url);
+    let id: string;
+    let first: string;
+    let second: string;
+    try {
+      const created = await postWithKey(left.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1");
+      id = created.body.data.id;
+      first = created.body.data.secret;
+      second = (await postWithKey(left.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, { grace_hours: 1 }, "rotate-1")).body.data.secret;
+
+      expect(crm(["secrets-key", "rotate", "--new-key-file", fresh, "--secrets-key-file", old], rotated.url)).toEqual({
+        exitCode: 0,
+        stdout:
+          `sealed anew with ${fresh} the signing secrets of 1 webhook subscription (with 1 previous secret of a rotation) and the secrets in 2 kept answers of creates and rotations; the database now records it as its secrets key, and refuses ${old}\n` +
+          `next: give ${fresh} to every instance in place of ${old} (--secrets-key-file, CRM_SECRETS_KEY_FILE) and start them; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both\n`,
+        stderr: "",
+      });
+      // Left running on the old key, it seals nothing the others could not open.
+      const refused = await Promise.all([
+        api(left.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }),
+        api(left.url, token, "POST", `/public/v1/webhook-subscriptions/${id}/rotate-secret`, {}),
+      ]);
+      expect(refused.map((r) => [r.status, r.headers.get("retry-after"), r.body])).toEqual([
+        [503, "5", KEY_REPLACED],
+        [503, "5", KEY_REPLACED],
+      ]);
+    } finally {
+      expect(await left.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+    }
+    expect(crm(["serve", "--port", "0", "--secrets-key-file", old], rotated.url)).toEqual({
+      exitCode: 2,
+      stdout: "",
+      stderr: `crm: secrets key file ${old} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given\n`,
+    });
+
+    const [one, two] = await Promise.all([serve(fresh, rotated.url), serve(fresh, rotated.url)]);
+    try {
+      const replayed = await postWithKey(two.url, token, `/public/v1/webhook-subscriptions/${id!}/rotate-secret`, { grace_hours: 1 }, "rotate-1");
+      expect([replayed.status, replayed.replayed, replayed.body.data.secret]).toEqual([200, true, second!]);
+      expect((await api(one.url, token, "POST", "/public/v1/contacts", { first_name: "Ada" })).status).toBe(201);
+      await waitUntil(() => receiver.received.length > 0, "the delivery", one.proc);
+      const [sent] = receiver.received;
+      const headers = { "webhook-id": sent!.id, "webhook-timestamp": sent!.timestamp, "webhook-signature": sent!.signature };
+      expect([second!, first!].map((secret) => new Webhook(secret).verify(sent!.body, headers))).toEqual([expect.objectContaining({ type: "contact.created" }), expect.objectContaining({ type: "contact.created" })]);
     } finally {
       for (const server of [one, two]) expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     }

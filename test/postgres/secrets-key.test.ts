@@ -52,7 +52,7 @@ async function instance(url: string, secretsKeyFile: string): Promise<{ close():
 
 /** refusal is the line a start with a key other than the database's stops with. */
 const refusal = (keyFile: string) =>
-  `secrets key file ${keyFile} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`;
+  `secrets key file ${keyFile} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given`;
 
 describe("secrets key on PostgreSQL: one key per database", () => {
   test("on a new database an instance with another key is refused at start, though no subscription exists; one with the same key starts beside the first", async () => {

@@ -259,7 +259,7 @@ describe("sealed secrets: errors", () => {
     try {
       await startWith(dataDir, { secretsKeyFile: first });
       await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(
-        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
+        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given`,
       );
       await startWith(dataDir, { secretsKeyFile: first });
     } finally {
@@ -275,7 +275,7 @@ describe("sealed secrets: errors", () => {
     const id = newId("sub");
     db.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES (?, 'http://127.0.0.1:9/x', '[]', ?, 1, 1)").run(id, new SecretBox(Buffer.alloc(32, 1)).seal(id, "whsec_abc"));
     await db.close();
-    const refusal = `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`;
+    const refusal = `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given`;
     try {
       await expect(startWith(dataDir, { secretsKeyFile: other })).rejects.toThrow(refusal);
       await startWith(dataDir, { secretsKeyFile: first });
@@ -311,7 +311,7 @@ describe("sealed secrets: errors", () => {
       );
       expect([existsSync(join(dataDir, "secrets.key")), logs.filter((line) => line.includes("created the key"))]).toEqual([false, []]);
       await expect(createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: other }), log: createLogger("error") })).rejects.toThrow(
-        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE)`,
+        `secrets key file ${other} is not the key this database was used with (it keeps a check value of that key, and of any signing secrets sealed with it); use the key file the database was used with (--secrets-key-file, CRM_SECRETS_KEY_FILE), after crm secrets-key rotate the new one it was given`,
       );
       const app = createApp(await createRuntime({ db, config: configFor(dataDir, { secretsKeyFile: first }), log: createLogger("error") }));
       const replay = await app.handle(
