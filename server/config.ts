@@ -616,14 +616,23 @@ export function databaseUrlFileOpenTo(config: Pick<Config, "databaseUrlFile">): 
 }
 
 /**
+ * OTHER_PROGRAMS_VARIABLES are the CRM_ variables the READMEs tell users to set for this
+ * repository's other programs: the client's (CRM_URL, CRM_TOKEN), the example receiver's
+ * (CRM_WEBHOOK_SECRET), the tests' (CRM_TEST_BACKEND, CRM_TEST_CHROMIUM). Set as told, in the
+ * shell that also runs crm, they were warned of at every command as settings misspelt.
+ */
+const OTHER_PROGRAMS_VARIABLES = ["CRM_URL", "CRM_TOKEN", "CRM_WEBHOOK_SECRET", "CRM_TEST_BACKEND", "CRM_TEST_CHROMIUM"];
+
+/**
  * unknownEnvironmentText words the warning of CRM_ environment variables that name no setting
  * (CRM_PORT, where the port's is PORT; a misspelt CRM_DATABSE_URL), or null: each is ignored, and
  * the service ran on the file's value or the default with nothing said. Warned of rather than
- * refused, as an unknown crm.toml key is: the environment is shared with other programs (the
- * README's example receiver reads CRM_WEBHOOK_SECRET). Serve logs it, a command prints it.
+ * refused, as an unknown crm.toml key is: the environment is shared with other programs. The
+ * variables of this repository's other programs are not warned of (OTHER_PROGRAMS_VARIABLES).
+ * Serve logs it, a command prints it.
  */
 export function unknownEnvironmentText(env: Record<string, string | undefined>): string | null {
-  const known = new Set(["CRM_CONFIG", ...SETTINGS.map((s) => s.env)]);
+  const known = new Set(["CRM_CONFIG", ...OTHER_PROGRAMS_VARIABLES, ...SETTINGS.map((s) => s.env)]);
   const unknown = Object.keys(env).filter((name) => name.startsWith("CRM_") && !known.has(name)).sort();
   if (unknown.length === 0) return null;
   const named = unknown.length === 1 ? "names no setting and is ignored" : "name no setting and are ignored";

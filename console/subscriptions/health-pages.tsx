@@ -116,10 +116,14 @@ function AttemptsRow({ label, window }: { label: string; window: WindowStats }) 
   );
 }
 
-/** waitingFor says what the deliveries due now that no attempt is under way for (the stats' deliveries_waiting) wait for, by the subscription's state. */
-function waitingFor(stats: SubscriptionStats, maxRate: number | null): string {
+/**
+ * waitingFor says what the deliveries due now that no attempt is under way for (the stats' deliveries_waiting) wait for, by the subscription's
+ * state: a hold its receiver asked for (heldUntil, shown with its end under the status) is waited out, not a free slot.
+ */
+function waitingFor(stats: SubscriptionStats, maxRate: number | null, heldUntil: string | null): string {
   if (stats.status === "paused") return "waiting for the resume";
   if (stats.status === "disabled") return "not sent while it is disabled";
+  if (heldUntil !== null) return "waiting for its receiver's hold to end";
   return maxRate === null ? "waiting for a free slot" : `waiting for a free slot or its pace of ${maxRate} a second`;
 }
 
@@ -129,7 +133,7 @@ function waitingFor(stats: SubscriptionStats, maxRate: number | null): string {
  * the console otherwise disagree, by as many times as each delivery was tried, with no unit to tell why.
  * Above them, the deliveries due and waiting, which tell a receiver slow to get its backlog from one that fails.
  */
-function Attempts({ stats, maxRate }: { stats: SubscriptionStats; maxRate: number | null }) {
+function Attempts({ stats, maxRate, heldUntil }: { stats: SubscriptionStats; maxRate: number | null; heldUntil: string | null }) {
   return (
     <DataTable
       id="attempts"
@@ -142,7 +146,7 @@ function Attempts({ stats, maxRate }: { stats: SubscriptionStats; maxRate: numbe
             Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/{stats.subscription_id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.
           </p>
           <p id="deliveries-waiting">
-            Pending deliveries: {stats.deliveries_waiting} due, {waitingFor(stats, maxRate)}.
+            Pending deliveries: {stats.deliveries_waiting} due, {waitingFor(stats, maxRate, heldUntil)}.
           </p>
         </div>
       }
@@ -204,7 +208,7 @@ export function subscriptionPage(props: {
             </a>
           </p>
         </section>
-        <Attempts stats={props.stats} maxRate={s.max_rate} />
+        <Attempts stats={props.stats} maxRate={s.max_rate} heldUntil={s.held_until} />
         <DataTable
           id="failures"
           columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}

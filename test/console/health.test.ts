@@ -177,12 +177,18 @@ describe("health at a glance", () => {
     // Two of the three are due now; the third's retry is due tomorrow, as seeded.
     for (const id of ids.slice(0, 2)) await server.runtime.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [now - 1000, id]);
     const paced = await create({ description: "Paced", max_rate: 5 });
+    // Held by its receiver before its deliveries fall due, so that no claim sends them first.
+    const held = await create({ description: "Held by its receiver" });
+    await server.runtime.db.run("UPDATE webhook_subscriptions SET held_until = ? WHERE id = ?", [Date.now() + HOUR, held.id]);
+    const heldIds = await seedDeliveries(server.runtime.db, held, [{ at: now - HOUR, status: "pending" }]);
+    await server.runtime.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [now - 1000, heldIds[0]!]);
     const shown = async (id: string) => {
       await page.goto(`${server.url}/console/subscriptions/${id}`);
       return { api: (await server.api("GET", `/public/v1/webhook-subscriptions/${id}/stats`)).data.deliveries_waiting, page: await page.textContent("#deliveries-waiting") };
     };
     expect(await shown(paused.id)).toEqual({ api: 2, page: "Pending deliveries: 2 due, waiting for the resume." });
     expect(await shown(paced.id)).toEqual({ api: 0, page: "Pending deliveries: 0 due, waiting for a free slot or its pace of 5 a second." });
+    expect(await shown(held.id)).toEqual({ api: 1, page: "Pending deliveries: 1 due, waiting for its receiver's hold to end." });
     expect(problems).toEqual([]);
   }, SLOW);
 

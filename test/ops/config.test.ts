@@ -506,6 +506,22 @@ describe("configuration: invalid input names the setting", () => {
     }
   }, 30_000);
 
+  test("the CRM_ variables this repository's README and client README tell users to set for its other programs (the client, the example receiver, the tests) are not warned of as misspelt settings", () => {
+    const empty = tempDir("documented-env");
+    const env = {
+      PATH: process.env.PATH ?? "",
+      CRM_URL: "http://127.0.0.1:3000",
+      CRM_TOKEN: "crm_example",
+      CRM_WEBHOOK_SECRET: "whsec_example",
+      CRM_TEST_BACKEND: "postgres",
+      CRM_TEST_CHROMIUM: "npm",
+      CRM_DATABSE_URL: "postgres://crm@db.internal/crm",
+    };
+    const lines = runCli([...SOURCE, "token", "list", "--data-dir", empty], { env }).stderr.split("\n");
+    expect(lines[0]).toBe("crm: CRM_DATABSE_URL in the environment names no setting and is ignored; --help lists the settings' variables");
+    expect(lines[1]).toStartWith(`crm: no database at ${join(empty, "crm.sqlite")}; `);
+  });
+
   test("a port already in use is one line, not a stack trace, for an IPv6 --host in brackets too", () => {
     const busy = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch: () => new Response("busy") });
     const busyV6 = Bun.serve({ hostname: "::1", port: 0, fetch: () => new Response("busy") });
