@@ -631,8 +631,10 @@ export function unknownEnvironmentText(env: Record<string, string | undefined>):
 /**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
+ * `only`: the settings a command reads, the others left at their defaults unread (import, an API
+ * client, reads the log level alone: the service's database URL file is not its to open).
  */
-export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env): Config {
+export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env, only?: ReadonlySet<keyof Config>): Config {
   const flags = new Map<string, string>();
   let configPath = env.CRM_CONFIG;
   let configFlagGiven = false;
@@ -675,6 +677,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   const inFile = (setting: Setting) => !flags.has(setting.flag) && env[setting.env] === undefined && fileKey(setting) in file;
   for (const setting of SETTINGS) {
+    if (only && !only.has(setting.key)) continue;
     if (flags.has(setting.flag)) {
       refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
       config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);
