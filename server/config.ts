@@ -460,6 +460,11 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (!setting.choices!.includes(text)) fail(`one of ${setting.choices!.join(", ")}`);
       return text;
     case "seconds-list": {
+      // Only crm.toml's list with nothing in it (retry_schedule = []) comes here empty (an empty value is refused before): a
+      // failed delivery is always retried, so a schedule with no delay is a mistake, not "never retry".
+      if (text === "") {
+        throw new ConfigError(`invalid ${source}: the list is empty; give at least one delay in seconds (each 0 to ${setting.max}: a failed delivery is always retried), or remove the line to use the default, ${String(DEFAULT_CONFIG[setting.key])}`);
+      }
       const parts = text.split(",").map((p) => p.trim());
       const values = parts.map(numberOf);
       if (parts.length === 0 || parts.some((p) => !/^(\d+(\.\d+)?|inf)$/.test(p))) fail("a comma-separated list of seconds");
@@ -545,7 +550,8 @@ function fileValueText(setting: Setting, raw: unknown, source: string): string {
   if (scalar(raw)) return text(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
   if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
-    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
+    const nothing = setting.kind === "seconds-list" ? "" : ` (${fileKey(setting)} = [] is a list with nothing in it)`;
+    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it${nothing}`);
   }
   if (Array.isArray(raw) && raw.every(scalar)) return raw.map(text).join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);

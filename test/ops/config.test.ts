@@ -241,11 +241,16 @@ describe("configuration: invalid input names the setting", () => {
     // A TOML list with nothing in it says so on purpose.
     expect(loadConfig(["--config", configFile("trusted_proxies = []\nallow_private_targets = []\n")], {})).toEqual(DEFAULT_CONFIG);
     // An empty item is the same unfilled template (trusted_proxies = ["${LB_IP}"], LB_IP unset), not a list with nothing in it.
-    for (const line of ['trusted_proxies = [""]', 'trusted_proxies = ["  "]', 'trusted_proxies = ["10.0.0.1", ""]', 'allow_private_targets = [""]', 'retry_schedule = [5, ""]']) {
+    for (const line of ['trusted_proxies = [""]', 'trusted_proxies = ["  "]', 'trusted_proxies = ["10.0.0.1", ""]', 'allow_private_targets = [""]']) {
       const file = configFile(`${line}\n`);
       const key = line.split(" ")[0];
       expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid ${key} in ${file}: an item of the list is set but empty; give it a value, or remove it (${key} = [] is a list with nothing in it)`);
     }
+    const emptyItem = configFile('retry_schedule = [5, ""]\n');
+    expect(configError(() => loadConfig(["--config", emptyItem], {}))).toBe(`invalid retry_schedule in ${emptyItem}: an item of the list is set but empty; give it a value, or remove it`);
+    // A schedule with nothing in it is no schedule: a failed delivery is always retried, so it is refused saying what it needs.
+    const noDelay = configFile("retry_schedule = []\n");
+    expect(configError(() => loadConfig(["--config", noDelay], {}))).toBe(`invalid retry_schedule in ${noDelay}: the list is empty; give at least one delay in seconds (each 0 to 2592000: a failed delivery is always retried), or remove the line to use the default, 5,300,1800,7200,18000,36000,36000`);
   });
 
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
