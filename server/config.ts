@@ -323,8 +323,7 @@ export function redactedUrl(url: string): string {
     return url.replace(/^(postgres(?:ql)?:[\\/]*|[a-z][a-z0-9+.-]*:\/\/)?.*@/is, "$1***@").replace(/([?&](?:ssl)?password=)[^&#]*/gi, "$1***");
   }
   if (parsed.password) parsed.password = "***";
-  // libpq also takes the password, and the client key's passphrase, as query parameters.
-  for (const name of ["password", "sslpassword"]) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, "***");
+  parsed.search = queryPasswords(parsed.search, "redacted");
   return parsed.toString();
 }
 
@@ -332,10 +331,35 @@ export function redactedUrl(url: string): string {
 export function urlWithoutPassword(url: string): string {
   const parsed = new URL(url);
   parsed.password = "";
-  // The other parameters as written: searchParams writes the query anew, a %20 as +, which libpq
-  // reads as a plus (options=-c%20statement_timeout%3D0 would fail to connect). Names as redactedUrl reads them.
-  parsed.search = parsed.search.slice(1).split("&").filter((pair) => !/^(ssl)?password(=|$)/i.test(pair)).join("&");
+  parsed.search = queryPasswords(parsed.search, "left out");
   return parsed.toString();
+}
+
+/**
+ * queryPasswords is a URL's query (`search`, its ? included) as written but for the parameters in
+ * which libpq takes a password (password, and sslpassword, the client key's passphrase), each
+ * redacted to *** or left out; their names are read decoded, as libpq reads them (pass%77ord too).
+ * Not through searchParams, which writes the whole query anew, a %20 as +, which libpq reads as a
+ * plus: options=-c%20statement_timeout%3D0 was shown as options that fail to connect.
+ */
+function queryPasswords(search: string, as: "redacted" | "left out"): string {
+  const decoded = (name: string) => {
+    try {
+      return decodeURIComponent(name);
+    } catch {
+      return name;
+    }
+  };
+  return search
+    .slice(1)
+    .split("&")
+    .flatMap((pair) => {
+      const at = pair.indexOf("=");
+      const name = at < 0 ? pair : pair.slice(0, at);
+      if (!/^(ssl)?password$/i.test(decoded(name))) return [pair];
+      return as === "left out" ? [] : [at < 0 ? pair : `${name}=***`];
+    })
+    .join("&");
 }
 
 /** ConfigError names the setting that is invalid; main prints its message as one line. */

@@ -363,7 +363,11 @@ describe("configuration: invalid input names the setting", () => {
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
-    expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=%2Fk.pem&sslpassword=***");
+    // The rest of the query as written: rewritten whole, options=-c%20... showed as -c+..., which libpq reads as a plus.
+    expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=***");
+    expect(redactedUrl("postgres://crm:hunter2@db/crm?options=-c%20statement_timeout%3D0&password=hunter3&application_name=a+b")).toBe("postgres://crm:***@db/crm?options=-c%20statement_timeout%3D0&password=***&application_name=a+b");
+    // A parameter's name is read decoded, as libpq reads it: pass%77ord is the password too.
+    expect(redactedUrl("postgres://crm@db/crm?pass%77ord=hunter2&SSLPASSWORD=hunter3&password")).toBe("postgres://crm@db/crm?pass%77ord=***&SSLPASSWORD=***&password");
     const notUrl = (source: string, why: string) => `invalid ${source}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
     expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe(notUrl("--database-url", "it is a URL of another kind"));
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));
