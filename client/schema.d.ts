@@ -5446,7 +5446,7 @@ export interface operations {
                              * @description When the current streak of failed attempts began; null while the last attempt succeeded.
                              */
                             failing_since: string | null;
-                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume. */
+                            /** @description Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume. Counted up to 10000: 10000 means that many or more. */
                             deliveries_waiting: number;
                             last_24h: {
                                 /**

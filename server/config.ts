@@ -326,8 +326,7 @@ export function redactedUrl(url: string): string {
     return url.replace(/^(postgres(?:ql)?:[\\/]*|[a-z][a-z0-9+.-]*:\/\/)?.*@/is, "$1***@").replace(/([?&](?:ssl)?password=)[^&#]*/gi, "$1***");
   }
   if (parsed.password) parsed.password = "***";
-  // libpq also takes the password, and the client key's passphrase, as query parameters.
-  for (const name of ["password", "sslpassword"]) if (parsed.searchParams.has(name)) parsed.searchParams.set(name, "***");
+  parsed.search = queryPasswords(parsed.search, "redacted");
   return parsed.toString();
 }
 
@@ -335,10 +334,35 @@ export function redactedUrl(url: string): string {
 export function urlWithoutPassword(url: string): string {
   const parsed = new URL(url);
   parsed.password = "";
-  // The other parameters as written: searchParams writes the query anew, a %20 as +, which libpq
-  // reads as a plus (options=-c%20statement_timeout%3D0 would fail to connect). Names as redactedUrl reads them.
-  parsed.search = parsed.search.slice(1).split("&").filter((pair) => !/^(ssl)?password(=|$)/i.test(pair)).join("&");
+  parsed.search = queryPasswords(parsed.search, "left out");
   return parsed.toString();
+}
+
+/**
+ * queryPasswords is a URL's query (`search`, its ? included) as written but for the parameters in
+ * which libpq takes a password (password, and sslpassword, the client key's passphrase), each
+ * redacted to *** or left out; their names are read decoded, as libpq reads them (pass%77ord too).
+ * Not through searchParams, which writes the whole query anew, a %20 as +, which libpq reads as a
+ * plus: options=-c%20statement_timeout%3D0 was shown as options that fail to connect.
+ */
+function queryPasswords(search: string, as: "redacted" | "left out"): string {
+  const decoded = (name: string) => {
+    try {
+      return decodeURIComponent(name);
+    } catch {
+      return name;
+    }
+  };
+  return search
+    .slice(1)
+    .split("&")
+    .flatMap((pair) => {
+      const at = pair.indexOf("=");
+      const name = at < 0 ? pair : pair.slice(0, at);
+      if (!/^(ssl)?password$/i.test(decoded(name))) return [pair];
+      return as === "left out" ? [] : [at < 0 ? pair : `${name}=***`];
+    })
+    .join("&");
 }
 
 /** ConfigError names the setting that is invalid; main prints its message as one line. */
@@ -463,6 +487,11 @@ function parseValue(setting: Setting, raw: unknown, source: string): unknown {
       if (!setting.choices!.includes(text)) fail(`one of ${setting.choices!.join(", ")}`);
       return text;
     case "seconds-list": {
+      // Only crm.toml's list with nothing in it (retry_schedule = []) comes here empty (an empty value is refused before): a
+      // failed delivery is always retried, so a schedule with no delay is a mistake, not "never retry".
+      if (text === "") {
+        throw new ConfigError(`invalid ${source}: the list is empty; give at least one delay in seconds (each 0 to ${setting.max}: a failed delivery is always retried), or remove the line to use the default, ${String(DEFAULT_CONFIG[setting.key])}`);
+      }
       const parts = text.split(",").map((p) => p.trim());
       const values = parts.map(numberOf);
       if (parts.length === 0 || parts.some((p) => !/^(\d+(\.\d+)?|inf)$/.test(p))) fail("a comma-separated list of seconds");
@@ -548,7 +577,8 @@ function fileValueText(setting: Setting, raw: unknown, source: string): string {
   if (scalar(raw)) return text(raw);
   if (!LIST_KINDS.has(setting.kind)) throw new ConfigError(`invalid ${source}: expected a string, number or boolean, not ${Array.isArray(raw) ? "a list" : "a table"}`);
   if (Array.isArray(raw) && raw.some((item) => typeof item === "string" && item.trim() === "")) {
-    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it (${fileKey(setting)} = [] is a list with nothing in it)`);
+    const nothing = setting.kind === "seconds-list" ? "" : ` (${fileKey(setting)} = [] is a list with nothing in it)`;
+    throw new ConfigError(`invalid ${source}: an item of the list is set but empty; give it a value, or remove it${nothing}`);
   }
   if (Array.isArray(raw) && raw.every(scalar)) return raw.map(text).join(",");
   throw new ConfigError(`invalid ${source}: expected a list of numbers or strings, or one comma-separated string`);
@@ -655,8 +685,10 @@ export function configFileOpenTo(config: Pick<Config, "configFileSecrets">): str
 /**
  * loadConfig resolves every setting from flags, then environment, then an optional TOML config
  * file (`--config` or CRM_CONFIG), then defaults. Unknown flags and bad values throw ConfigError.
+ * `only`: the settings a command reads, the others left at their defaults unread (import, an API
+ * client, reads the log level alone: the service's database URL file is not its to open).
  */
-export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env): Config {
+export function loadConfig(args: string[], env: Record<string, string | undefined> = process.env, only?: ReadonlySet<keyof Config>): Config {
   const flags = new Map<string, string>();
   let configPath = env.CRM_CONFIG;
   let configFlagGiven = false;
@@ -699,6 +731,7 @@ export function loadConfig(args: string[], env: Record<string, string | undefine
   const config: Record<string, unknown> = { ...DEFAULT_CONFIG };
   const inFile = (setting: Setting) => !flags.has(setting.flag) && env[setting.env] === undefined && fileKey(setting) in file;
   for (const setting of SETTINGS) {
+    if (only && !only.has(setting.key)) continue;
     if (flags.has(setting.flag)) {
       refuseEmpty(flags.get(setting.flag), setting.flag, `leave the option out to use ${setting.env}, ${fileKey(setting)} from the --config file or the default`);
       config[setting.key] = parseValue(setting, flags.get(setting.flag), setting.flag);

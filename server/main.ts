@@ -90,7 +90,8 @@ Commands:
                                      batch API; safe to run again after a crash; exit 1 when
                                      some rows were invalid (they are written to PATH); an
                                      http:// URL to another machine is refused without
-                                     --allow-plain-http: the token would cross unencrypted
+                                     --allow-plain-http: the token would cross unencrypted;
+                                     of the settings it reads --log-level alone (or --config's)
   --version                          print the version
   --help                             print this help
 
@@ -134,7 +135,7 @@ function asksFor(args: string[], words: readonly string[]): boolean {
  * refused, not one of its values guessed. A next argument that is an option (`--name --json`,
  * the value forgotten) is refused too rather than taken as the value; `--name=--json` means it.
  */
-function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number]): string | undefined {
+function takeOption(args: string[], name: (typeof COMMAND_VALUE_OPTIONS)[number] | "--config" | "--log-level"): string | undefined {
   const isOption = (a: string) => a === name || a.startsWith(`${name}=`);
   const i = args.findIndex(isOption);
   if (i < 0) return undefined;
@@ -185,13 +186,13 @@ function stdoutDiscarded(): boolean {
 /**
  * stackShown tells whether an unexpected error prints its stack: the command's --log-level is
  * debug, from any of its sources once its settings are read (commandSettings), CRM_LOG_LEVEL's
- * before that and for the commands that read none (import).
+ * before that.
  */
 let stackShown = process.env.CRM_LOG_LEVEL?.trim() === "debug";
 
-/** commandSettings reads a command's settings (loadConfig), noting whether they ask for an unexpected error's stack. */
-function commandSettings(args: string[]): Config {
-  const config = loadConfig(args);
+/** commandSettings reads a command's settings (loadConfig; `only` those), noting whether they ask for an unexpected error's stack. */
+function commandSettings(args: string[], only?: ReadonlySet<keyof Config>): Config {
+  const config = loadConfig(args, process.env, only);
   stackShown = config.logLevel === "debug";
   return config;
 }
@@ -698,6 +699,10 @@ async function importCommand(args: string[]): Promise<number> {
   const trial = takeFlag(args, "--trial");
   const dryRun = takeFlag(args, "--dry-run");
   const plainHttp = takeFlag(args, PLAIN_HTTP_FLAG);
+  // The log level, as every command takes it; no other setting is the importer's (an API client).
+  const logLevel = takeOption(args, "--log-level");
+  const configFile = takeOption(args, "--config");
+  commandSettings([...(logLevel === undefined ? [] : [`--log-level=${logLevel}`]), ...(configFile === undefined ? [] : [`--config=${configFile}`])], new Set(["logLevel"]));
   const file = args.shift();
   if (!file || file.startsWith("-") || args.length > 0) throw new ConfigError(args.length > 0 ? `import: unexpected ${args.join(" ")} (${IMPORT_USAGE})` : IMPORT_USAGE);
   let input: Stats | undefined;

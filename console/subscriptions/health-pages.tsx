@@ -1,6 +1,7 @@
 /** @jsxImportSource preact */
 import type { MadeBy, MakerNames } from "../../server/shared/made-by.ts";
 import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
+import { WAITING_COUNTED } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
@@ -146,7 +147,7 @@ function Attempts({ stats, maxRate, heldUntil }: { stats: SubscriptionStats; max
             Every attempt counts, retries and Retry now included, as GET /public/v1/webhook-subscriptions/{stats.subscription_id}/stats reports them. The charts and the failures count deliveries, each once, by how it stands now.
           </p>
           <p id="deliveries-waiting">
-            Pending deliveries: {stats.deliveries_waiting} due, {waitingFor(stats, maxRate, heldUntil)}.
+            Pending deliveries: {stats.deliveries_waiting >= WAITING_COUNTED ? `${WAITING_COUNTED.toLocaleString("en-US")} or more` : stats.deliveries_waiting} due, {waitingFor(stats, maxRate, heldUntil)}.
           </p>
         </div>
       }

@@ -278,14 +278,23 @@ export const WindowStats = t.Object({
 });
 export type WindowStats = typeof WindowStats.static;
 
+/**
+ * WAITING_COUNTED bounds a subscription's deliveries_waiting: that many means as many or more. A
+ * stats request (the console's page each time it is opened) counted the whole backlog, millions of
+ * index entries behind a receiver down for days, on SQLite holding up every other request meanwhile.
+ */
+export const WAITING_COUNTED = 10_000;
+
 /** SubscriptionStats is a subscription's endpoint health: its state and its attempts of the last 24 hours and 7 days. */
 export const SubscriptionStats = t.Object({
   subscription_id: t.String(),
   status: openEnum(SUBSCRIPTION_STATUSES, { description: "As the subscription's own status." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the current streak of failed attempts began; null while the last attempt succeeded." }),
   deliveries_waiting: t.Integer({
+    minimum: 0,
+    maximum: WAITING_COUNTED,
     description:
-      "Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume.",
+      `Pending deliveries due now that no attempt is under way for, on any instance: waiting for a delivery slot (each instance runs at most 128 attempts at once, and fewer at once to a receiver that keeps timing out), for max_rate's pace, for the end of its receiver's hold (held_until), or, paused, for the resume. Counted up to ${WAITING_COUNTED}: ${WAITING_COUNTED} means that many or more.`,
   }),
   last_24h: WindowStats,
   last_7d: WindowStats,

@@ -33,7 +33,7 @@ export class ReceiverCaps {
     else this.cut.set(subscriptionId, cap + 1);
   }
 
-  /** forget drops a deleted subscription's cap. */
+  /** forget drops a subscription's cap: deleted, or enabled again once its receiver was mended. */
   forget(subscriptionId: string): void {
     this.cut.delete(subscriptionId);
   }

@@ -477,7 +477,7 @@ export async function enableSubscription(rt: Runtime, id: string, idempotency: I
   // A disable whose process stopped before it had failed every pending delivery is finished first:
   // enabled, the subscription would send them.
   await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed);
-  return rt.db.write(async (tx) => {
+  const { subscription, enabled } = await rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
@@ -488,11 +488,13 @@ export async function enableSubscription(rt: Runtime, id: string, idempotency: I
         `The subscription ${id} stays disabled until its secret is rotated: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate it (POST /public/v1/webhook-subscriptions/${id}/rotate-secret), give the new secret to its receiver, then enable it.`,
       );
     }
-    await enableSubscriptionRow(tx, id, now);
+    const enabled = await enableSubscriptionRow(tx, id, now);
     const subscription = toSubscription((await findSubscriptionById(tx, id))!);
     await saveIdempotentResponse(tx, idempotency, 200, { data: subscription }, now);
-    return subscription;
+    return { subscription, enabled };
   });
+  if (enabled) rt.deliveries.subscriptionEnabled(id);
+  return subscription;
 }
 
 /** updateSubscription applies a PATCH (the description, the rate cap) and returns the subscription, or throws 404. */

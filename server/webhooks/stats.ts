@@ -1,7 +1,7 @@
 import type { Db } from "../db/sql.ts";
 import { HOUR_MS, hourOf, toTimestamp } from "../shared/time.ts";
-import type { SubscriptionStats, WindowStats } from "./model.ts";
-import { countWaitingDeliveries, findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
+import { WAITING_COUNTED, type SubscriptionStats, type WindowStats } from "./model.ts";
+import { countWaitingDeliveriesOf, findAttemptStats, listAttemptStatsFrom, listAttemptStatsSince, shownStatus, writeAttemptStats, type SubscriptionRow } from "./store.ts";
 
 /** STATS_KEPT_MS is how long hourly statistics are kept: the longest window and the hour it started in. */
 export const STATS_KEPT_MS = 7 * 24 * HOUR_MS + HOUR_MS;
@@ -91,7 +91,7 @@ export async function subscriptionStats(db: Db, subscription: SubscriptionRow, n
     subscription_id: subscription.id,
     status: shownStatus(subscription),
     failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
-    deliveries_waiting: await countWaitingDeliveries(db, now, subscription.id),
+    deliveries_waiting: await countWaitingDeliveriesOf(db, now, subscription.id, WAITING_COUNTED),
     last_24h: window(24),
     last_7d: window(7 * 24),
   };

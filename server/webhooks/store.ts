@@ -983,15 +983,14 @@ export async function countPendingDeliveries(db: Db): Promise<{ pending: number;
 }
 
 /**
- * countWaitingDeliveries counts the pending deliveries due by `now` that no unexpired lease holds:
- * of one subscription, or (null) of every active subscription not paused nor held by its receiver,
- * whose wait is for a delivery slot (or a max_rate's pace), not for a resume or the receiver's
- * Retry-After. The due ones are counted in the index of each subscription's due deliveries alone,
- * less the leases, a few hundred at most.
+ * countWaitingDeliveries counts the pending deliveries due by `now` that no unexpired lease holds,
+ * of every active subscription not paused nor held by its receiver, whose wait is for a delivery
+ * slot (or a max_rate's pace), not for a resume or the receiver's Retry-After. The due ones are
+ * counted in the index of each subscription's due deliveries alone, less the leases, a few hundred at most.
  */
-export async function countWaitingDeliveries(db: Db, now: number, subscriptionId: string | null = null): Promise<number> {
-  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions s WHERE ${subscriptionId === null ? `status = 'active' AND paused_at IS NULL AND NOT ${heldClause}` : "id = ?"})`;
-  const ids = subscriptionId === null ? heldParameters(now) : [subscriptionId];
+export async function countWaitingDeliveries(db: Db, now: number): Promise<number> {
+  const subscriptions = `subscription_id IN (SELECT id FROM webhook_subscriptions s WHERE status = 'active' AND paused_at IS NULL AND NOT ${heldClause})`;
+  const ids = heldParameters(now);
   const row = await db.get<{ due: number; leased: number }>(
     `SELECT (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription")} WHERE status = 'pending' AND next_attempt_at <= ? AND ${subscriptions}) AS due,
             (SELECT count(*) FROM ${deliveriesIndexedBy(db, "webhook_deliveries_leased")}
@@ -999,6 +998,20 @@ export async function countWaitingDeliveries(db: Db, now: number, subscriptionId
     [now, ...ids, now, now, ...ids],
   );
   return row!.due - row!.leased;
+}
+
+/**
+ * countWaitingDeliveriesOf counts one subscription's pending deliveries due by `now` that no
+ * unexpired lease holds, up to `upTo`: the limit ends the walk of its range of the index of due
+ * deliveries, so a backlog of millions costs a stats request `upTo` rows (and the leases), not all of it.
+ */
+export async function countWaitingDeliveriesOf(db: Db, now: number, subscriptionId: string, upTo: number): Promise<number> {
+  const row = await db.get<{ waiting: number }>(
+    `SELECT count(*) AS waiting FROM (SELECT 1 FROM ${deliveriesIndexedBy(db, "webhook_deliveries_due_by_subscription")}
+       WHERE subscription_id = ? AND status = 'pending' AND next_attempt_at <= ? AND (locked_until IS NULL OR locked_until <= ?) LIMIT ?) AS due`,
+    [subscriptionId, now, now, upTo],
+  );
+  return Number(row!.waiting);
 }
 
 /** countDeliveriesBySubscription counts each subscription's deliveries created since a time, by status. */

@@ -1114,6 +1114,16 @@ export class DeliveryLoop {
   }
 
   /**
+   * subscriptionEnabled is told of a disabled subscription enabled again (its write committed): its
+   * receiver's cut is forgotten, as an operator enables one once its receiver is mended, which the
+   * cut learnt while it failed would otherwise send one attempt at a time until answers raised it
+   * again. Other instances learn on their own, as they learnt the cut.
+   */
+  subscriptionEnabled(subscriptionId: string): void {
+    this.caps.forget(subscriptionId);
+  }
+
+  /**
    * subscriptionDeleted is told of a subscription whose delete has just committed: it aborts the
    * subscription's attempts under way here, and notifies the other instances sharing the database
    * to abort theirs. A failed notify leaves those to the instances' next polls

@@ -488,6 +488,23 @@ describe("crm import contacts: errors", () => {
     expect((await server.db.get<{ properties: string }>("SELECT properties FROM contacts"))!.properties).toContain('"plan":"pro"');
   }, 60_000);
 
+  test("--log-level, or the log_level of a --config file, is taken as every command takes it; the service's other settings are not the importer's", async () => {
+    const file = join(server.dir, "one.csv");
+    writeFileSync(file, "Email\nada@example.com\n");
+    // The service's crm.toml: its other settings (a database URL file this user may not read, say) are not read.
+    const config = join(server.dir, "crm.toml");
+    writeFileSync(config, 'log_level = "debug"\nport = 1\ndatabase_url_file = "/nonexistent/database-url"\n');
+    const done = { code: 0, stdout: "dry run, nothing sent: 1 rows: valid 1, invalid 0\n", stderr: "columns: Email -> email\n" };
+    for (const args of [["--log-level", "debug", file], [file, "--log-level=debug"], ["--config", config, file]]) {
+      expect([args, await runImport([...args, "--dry-run"])]).toEqual([args, done]);
+    }
+    expect(await runImport([file, "--dry-run", "--log-level", "loud"])).toEqual({ code: 2, stdout: "", stderr: 'crm: invalid --log-level: "loud" is not one of debug, info, warn, error\n' });
+    expect(await runImport([file, "--dry-run", "--log-level", "debug", "--log-level", "warn"])).toEqual({ code: 2, stdout: "", stderr: "crm: --log-level is given twice; give it once\n" });
+    const unexpected = await runImport([file, "--dry-run", "--port", "1"]);
+    expect(unexpected).toMatchObject({ code: 2, stdout: "" });
+    expect(unexpected.stderr).toStartWith("crm: import: unexpected --port 1 (usage: import contacts ");
+  });
+
   test("column names from the file print their control and bidi characters as escapes: in the mapping line, the --map error's list and the repeated-column error", async () => {
     // A header from a customer's file could otherwise retitle the window, clear the screen (the
     // mapping and warnings with it) or draw the rest of the line backwards.

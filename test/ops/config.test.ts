@@ -243,11 +243,16 @@ describe("configuration: invalid input names the setting", () => {
     // A TOML list with nothing in it says so on purpose.
     expect(loadConfig(["--config", configFile("trusted_proxies = []\nallow_private_targets = []\n")], {})).toEqual(DEFAULT_CONFIG);
     // An empty item is the same unfilled template (trusted_proxies = ["${LB_IP}"], LB_IP unset), not a list with nothing in it.
-    for (const line of ['trusted_proxies = [""]', 'trusted_proxies = ["  "]', 'trusted_proxies = ["10.0.0.1", ""]', 'allow_private_targets = [""]', 'retry_schedule = [5, ""]']) {
+    for (const line of ['trusted_proxies = [""]', 'trusted_proxies = ["  "]', 'trusted_proxies = ["10.0.0.1", ""]', 'allow_private_targets = [""]']) {
       const file = configFile(`${line}\n`);
       const key = line.split(" ")[0];
       expect(configError(() => loadConfig(["--config", file], {}))).toBe(`invalid ${key} in ${file}: an item of the list is set but empty; give it a value, or remove it (${key} = [] is a list with nothing in it)`);
     }
+    const emptyItem = configFile('retry_schedule = [5, ""]\n');
+    expect(configError(() => loadConfig(["--config", emptyItem], {}))).toBe(`invalid retry_schedule in ${emptyItem}: an item of the list is set but empty; give it a value, or remove it`);
+    // A schedule with nothing in it is no schedule: a failed delivery is always retried, so it is refused saying what it needs.
+    const noDelay = configFile("retry_schedule = []\n");
+    expect(configError(() => loadConfig(["--config", noDelay], {}))).toBe(`invalid retry_schedule in ${noDelay}: the list is empty; give at least one delay in seconds (each 0 to 2592000: a failed delivery is always retried), or remove the line to use the default, 5,300,1800,7200,18000,36000,36000`);
   });
 
   test("a crm.toml that is not TOML is refused naming the line of the mistake: the first line from which no prefix of the file parses", () => {
@@ -360,7 +365,11 @@ describe("configuration: invalid input names the setting", () => {
   test("a database URL that is not postgres:// or postgresql:// names the setting and says what it is instead, never repeating it: it may be the password in another form", () => {
     expect(redactedUrl("postgres://crm:hunter2@db.example:5433/crm?sslmode=require")).toBe("postgres://crm:***@db.example:5433/crm?sslmode=require");
     expect(redactedUrl("postgresql://crm@db/crm?password=hunter2&sslmode=require")).toBe("postgresql://crm@db/crm?password=***&sslmode=require");
-    expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=%2Fk.pem&sslpassword=***");
+    // The rest of the query as written: rewritten whole, options=-c%20... showed as -c+..., which libpq reads as a plus.
+    expect(redactedUrl("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=hunter2")).toBe("postgres://crm@db/crm?sslmode=verify-full&sslkey=/k.pem&sslpassword=***");
+    expect(redactedUrl("postgres://crm:hunter2@db/crm?options=-c%20statement_timeout%3D0&password=hunter3&application_name=a+b")).toBe("postgres://crm:***@db/crm?options=-c%20statement_timeout%3D0&password=***&application_name=a+b");
+    // A parameter's name is read decoded, as libpq reads it: pass%77ord is the password too.
+    expect(redactedUrl("postgres://crm@db/crm?pass%77ord=hunter2&SSLPASSWORD=hunter3&password")).toBe("postgres://crm@db/crm?pass%77ord=***&SSLPASSWORD=***&password");
     const notUrl = (source: string, why: string) => `invalid ${source}: the value is not a postgres:// or postgresql:// URL (${why}); write it as postgres://USER:PASSWORD@HOST:PORT/DATABASE`;
     expect(configError(() => loadConfig(["--database-url", "mysql://crm:hunter2@db/crm"], {}))).toBe(notUrl("--database-url", "it is a URL of another kind"));
     expect(configError(() => loadConfig([], { CRM_DATABASE_URL: "db.internal:5432" }))).toBe(notUrl("CRM_DATABASE_URL", "it is not a URL"));

@@ -4,6 +4,7 @@ import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
+import { findSubscription, listDeliveriesPage } from "../../server/webhooks/service.ts";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION, RESERVED_SHARE, RESERVED_SLOTS } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
@@ -39,6 +40,23 @@ async function hungWithBacklog(count: number): Promise<Receiver[]> {
   expect(batch.status).toBe(200);
   h.rt.deliveries.start();
   return hungOnes;
+}
+
+/**
+ * answerOnceAllOpen makes a receiver hold each request until MAX_PER_SUBSCRIPTION are open at once,
+ * then answer them all 200: `most` tells how many it had open at once, `give` ends the wait early.
+ */
+function answerOnceAllOpen(r: Receiver): { most: () => number; give: () => void } {
+  let open = 0;
+  let most = 0;
+  const allOpen = Promise.withResolvers<void>();
+  r.respond(async () => {
+    most = Math.max(most, ++open);
+    if (open === MAX_PER_SUBSCRIPTION) allOpen.resolve();
+    await allOpen.promise;
+    return new Response("ok");
+  });
+  return { most: () => most, give: () => allOpen.resolve() };
 }
 
 describe("webhook deliveries: happy paths", () => {
@@ -384,22 +402,36 @@ describe("webhook deliveries: failures and retries", () => {
     // ended, each hung receiver has one request open, not its share again.
     await waitFor(() => hungOnes.every((hung, i) => hung.received.length > firstShares[i]! && hung.open === 1), "one request open at each hung receiver after their first ones timed out", 30_000);
     const healthy = receiver("/healthy");
-    let open = 0;
-    let most = 0;
-    const allOpen = Promise.withResolvers<void>();
-    healthy.respond(async () => {
-      most = Math.max(most, ++open);
-      if (open === MAX_PER_SUBSCRIPTION) allOpen.resolve();
-      await allOpen.promise;
-      return new Response("ok");
-    });
+    const answers = answerOnceAllOpen(healthy);
     const sub = await h.subscribe(healthy.url, ["account.created"]);
     const accounts = await h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ name: `Acme ${i}` })) } });
     expect(accounts.status).toBe(200);
     const deliveries = await settledDeliveries(h, `subscription_id=${sub.id}&per_page=100`);
     expect(deliveries.map((d) => ({ status: d.status, attempts: d.attempts }))).toEqual(Array(MAX_PER_SUBSCRIPTION).fill({ status: "succeeded", attempts: 1 }));
-    expect(most).toBe(MAX_PER_SUBSCRIPTION);
+    expect(answers.most()).toBe(MAX_PER_SUBSCRIPTION);
     for (const hung of hungOnes) hung.release();
+  });
+
+  test("enabling a subscription again forgets its receiver's cut: its receiver, mended, is sent MAX_PER_SUBSCRIPTION at once, not one at a time as when it hung (s36 leftovers)", async () => {
+    // A streak of timeouts past 2 s disables the subscription: its first attempts time out after 3 s.
+    h = await scope.harness({ deliveryTimeoutMs: 3000, retrySchedule: Array(20).fill(0.05), disableFailingAfterHours: 2 / 3600, rateWriteBurst: 1000 });
+    const r = receiver("/mended");
+    r.hold();
+    const sub = await h.subscribe(r.url, ["account.created"]);
+    const batch = (name: string) => h.json("POST", "/public/v1/accounts/batch", { body: { items: Array.from({ length: MAX_PER_SUBSCRIPTION }, (_, i) => ({ name: `${name} ${i}` })) } });
+    expect((await batch("Acme")).status).toBe(200);
+    await waitFor(async () => (await findSubscription(h.rt.db, sub.id))?.status === "disabled", "the subscription disabled by its streak of timeouts", 30_000);
+    // Every attempt of the hung receiver ended: none answers after the enable, cutting it anew.
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0 && r.open === 0, "the hung attempts ended", 30_000);
+    // Released before it answers anew: the hung requests, their connections gone, take the old answer.
+    r.release();
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub.id}/enable`)).status).toBe(200);
+    const answers = answerOnceAllOpen(r);
+    expect((await batch("Globex")).status).toBe(200);
+    await waitFor(() => answers.most() === MAX_PER_SUBSCRIPTION, `${MAX_PER_SUBSCRIPTION} requests open at the mended receiver`).finally(answers.give);
+    // Read from the service, not the API: polled, the API's rate limit would answer 429.
+    const succeeded = async () => (await listDeliveriesPage(h.rt.db, { subscription_id: sub.id, status: "succeeded", per_page: "100" })).data.length;
+    await waitFor(async () => (await succeeded()) === MAX_PER_SUBSCRIPTION, "the mended receiver's deliveries succeeded");
   });
 
   test("receivers that never answer, each holding its guaranteed share, leave a healthy receiver's attempts inside what Bun's fetch sends at once: none times out", async () => {

@@ -4,12 +4,13 @@ import { createLogger } from "../../server/shared/log.ts";
 import { LATEST_TIMESTAMP_MS } from "../../server/shared/time.ts";
 import { metricsText } from "../../server/ops/service.ts";
 import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
+import { WAITING_COUNTED } from "../../server/webhooks/model.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { markSubscriptionFailing } from "../../server/webhooks/store.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
-import { refuseWhile, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { addStoredDeliveries, addStoredSubscription, refuseWhile, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -299,6 +300,18 @@ describe("endpoint stats", () => {
     await settledDeliveries(h, `subscription_id=${busy.id}`);
     expect(await waiting(busy.id)).toBe(0);
   });
+
+  test("deliveries_waiting counts a backlog up to WAITING_COUNTED (10,000), that many meaning as many or more: a stats request reads a bounded part of the index, not the whole backlog (s36 leftovers)", async () => {
+    h = await scope.harness();
+    const id = await addStoredSubscription(h.rt.db, Date.now());
+    // Paused, it keeps its backlog waiting for the resume, which deliveries_waiting counts.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${id}/pause`)).status).toBe(200);
+    await h.rt.db.write((tx) => addStoredDeliveries(tx, id, Date.now() - 1000, "pending", WAITING_COUNTED - 1));
+    expect((await stats(id)).body.data.deliveries_waiting).toBe(WAITING_COUNTED - 1);
+    await h.rt.db.write((tx) => addStoredDeliveries(tx, id, Date.now() - 1000, "pending", 2));
+    expect((await stats(id)).body.data.deliveries_waiting).toBe(WAITING_COUNTED);
+    expect(WAITING_COUNTED).toBe(10_000);
+  }, 60_000);
 
   test("an unknown subscription is 404", async () => {
     h = await scope.harness();
