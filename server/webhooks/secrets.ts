@@ -281,15 +281,16 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
 export async function sealInWrite(tx: Db, box: SecretBox, subscriptionId: string, secret: string): Promise<string> {
   const recorded = await findSecretsKeyCheck(tx);
   if (recorded && !sameBytes(recorded, keyCheckValue(box))) {
-    throw new ProblemError(
-      503,
-      "secrets-key-replaced",
+    throw secretsKeyReplaced(
       "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
-      undefined,
-      { "retry-after": String(KEY_REPLACED_RETRY_AFTER_SECONDS) },
     );
   }
   return box.seal(subscriptionId, secret);
+}
+
+/** secretsKeyReplaced is the 503 of a request refused by an instance left running on the key crm secrets-key rotate replaced, `detail` saying what it did not do. */
+export function secretsKeyReplaced(detail: string): ProblemError {
+  return new ProblemError(503, "secrets-key-replaced", detail, undefined, { "retry-after": String(KEY_REPLACED_RETRY_AFTER_SECONDS) });
 }
 
 /** KEY_REPLACED_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance left on a replaced key: time for a load balancer to send the retry elsewhere. */

@@ -28,7 +28,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, sealInWrite, SecretUnreadable, type SecretBox } from "./secrets.ts";
+import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, sealInWrite, secretsKeyReplaced, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
@@ -771,6 +771,10 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
       return new ProblemError(409, "subscription-disabled", `The subscription ${refusal.subscriptionId} is disabled; enable it with POST /public/v1/webhook-subscriptions/${refusal.subscriptionId}/enable.`);
     case "subscription-paused":
       return new ProblemError(409, "subscription-paused", `The subscription ${refusal.subscriptionId} is paused; resume it and its deliveries go out.`);
+    case "secrets-key-replaced":
+      return secretsKeyReplaced(
+        "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the subscription's signing secret, so nothing was sent. Retry the delivery on another instance; the operator should restart this one with the new key file.",
+      );
     case "in-progress":
       return new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
   }
