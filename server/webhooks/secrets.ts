@@ -279,13 +279,18 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
  * write and then seals its secret anew with the rest.
  */
 export async function sealInWrite(tx: Db, box: SecretBox, subscriptionId: string, secret: string): Promise<string> {
-  const recorded = await findSecretsKeyCheck(tx);
-  if (recorded && !sameBytes(recorded, keyCheckValue(box))) {
+  if (await isKeyReplaced(tx, box)) {
     throw secretsKeyReplaced(
       "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
     );
   }
   return box.seal(subscriptionId, secret);
+}
+
+/** isKeyReplaced tells whether the database records another key than the box's: crm secrets-key rotate replaced it under this running instance. */
+export async function isKeyReplaced(db: Db, box: SecretBox): Promise<boolean> {
+  const recorded = await findSecretsKeyCheck(db);
+  return recorded !== null && !sameBytes(recorded, keyCheckValue(box));
 }
 
 /** secretsKeyReplaced is the 503 of a request refused by an instance left running on the key crm secrets-key rotate replaced, `detail` saying what it did not do. */

@@ -133,6 +133,12 @@ const KEY_REPLACED_RETRY = {
     "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the subscription's signing secret, so nothing was sent. Retry the delivery on another instance; the operator should restart this one with the new key file.",
 };
 
+const KEY_REPLACED_REPLAY = {
+  ...KEY_REPLACED,
+  detail:
+    "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the signing secret the answer kept for this Idempotency-Key shows, so it cannot show it. Send the request again to another instance, with the same key; the operator should restart this one with the new key file.",
+};
+
 describe("secrets-key rotate on PostgreSQL", () => {
   test("every secret sealed anew with the new key; an instance left on the old key refuses to seal, a start with it is refused; instances with the new key replay the secrets and deliver signed with them", async () => {
     const old = lost;
@@ -172,6 +178,9 @@ describe("secrets-key rotate on PostgreSQL", () => {
       expect([retried.status, retried.headers.get("retry-after"), retried.body]).toEqual([503, "5", KEY_REPLACED_RETRY]);
       expect(receiver.received).toHaveLength(1);
       receiver.received.length = 0;
+      // A create retried with its key is shown its secret by the instances with the new key: not told it is lost for good (410) here.
+      const replayed = await api(left.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, { "idempotency-key": "sub-1" });
+      expect([replayed.status, replayed.headers.get("retry-after"), replayed.body]).toEqual([503, "5", KEY_REPLACED_REPLAY]);
     } finally {
       expect(await left.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     }
