@@ -523,12 +523,20 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
   if (!config.databaseUrl && !secretsKeyExists(config)) throw new ConfigError(`there is no secrets key at ${secretsKeyPath(config)} to replace; if the database's key is lost, see secrets-key reset`);
   const current = loadSecretsKey(config);
   const next = loadNewSecretsKey(config, file, current);
+  let rebuildFailed: unknown = null;
   const run = async () => {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
       const outcome = await rotateSecretsKey(db, new SecretBox(current.key), new SecretBox(next.key));
       // Also when run again after a rotation that committed and was stopped before the rebuild.
-      if (outcome !== "not-own-key" && db.dialect === "sqlite") db.waitingForLocks(vacuumInPlace);
+      // Refused (a full disk, a reader), the rotation stays done: told apart from a rotation that failed.
+      if (outcome !== "not-own-key" && db.dialect === "sqlite") {
+        try {
+          db.waitingForLocks(vacuumInPlace);
+        } catch (error) {
+          rebuildFailed = error;
+        }
+      }
       return outcome;
     } finally {
       await db.close();
@@ -538,7 +546,7 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
   if (outcome === "not-own-key") {
     throw new ConfigError(`secrets key file ${current.path} is not the key this database was used with, and the rotation needs that key to open its secrets; nothing was changed (a key that is lost: see secrets-key reset)`);
   }
-  const rebuilt = config.databaseUrl ? "" : "; the database file was rebuilt, so its free space keeps nothing the old key sealed";
+  const rebuilt = config.databaseUrl || rebuildFailed !== null ? "" : "; the database file was rebuilt, so its free space keeps nothing the old key sealed";
   printOut(
     outcome === "already-rotated"
       ? `the database already records ${next.path} as its secrets key (a rotation committed before): nothing was sealed anew${rebuilt}
@@ -550,6 +558,11 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
   const start = config.secretsKeyFile ? `give ${next.path} to every instance in place of ${current.path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) and start them` : `mv ${next.path} ${current.path}, then start the service`;
   printOut(`next: ${start}; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both
 `);
+  if (rebuildFailed !== null) {
+    process.stderr.write(
+      `crm: warning: the rotation is done, but the database file was not rebuilt (${refusalLine(rebuildFailed)}): its free space and log may still hold the secrets sealed with the old key; run the command again once nothing else reads the database and there is room for two copies of its file (one beside it, one in the temporary directory): it rebuilds the file only\n`,
+    );
+  }
   return EXIT.done;
 }
 

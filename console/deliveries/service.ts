@@ -211,6 +211,8 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
       return `Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. ${again}`;
     case "shutting-down":
       return `Not retried: this server is shutting down. ${again}`;
+    case "secrets-key-replaced":
+      return `Not retried: this server still has the secrets key that crm secrets-key rotate replaced, which does not open the signing secret of the subscription ${name}, so nothing was sent. It must be restarted with the new key file; press Retry now again on a server that has it.`;
     case "in-progress":
       return "Not retried: an attempt of this delivery is being sent now. Reload the page in a moment for its answer.";
     case "subscription-disabled":

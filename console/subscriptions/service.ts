@@ -80,7 +80,7 @@ function subscriptionInputFrom(form: SubscriptionForm): SubscriptionInput {
 export async function createSubscriptionFromForm(rt: Runtime, session: ConsoleSession, form: SubscriptionForm, formKey: string, requestId: string): Promise<SubscriptionWithSecret> {
   const input = subscriptionInputFrom(form);
   const answer = await onceForForm(rt, { session, path: CONSOLE_SUBSCRIPTION_FORM_PATH, key: formKey, values: input }, (scope) => createSubscription(rt, input, madeByOperator(session.operator), scope, requestId));
-  return openReplayedSecret(rt, answer.body).data;
+  return (await openReplayedSecret(rt, answer.body)).data;
 }
 
 /**

@@ -83,14 +83,14 @@ export async function idempotentPost<T>(
   guard: IdempotencyGuard,
   ctx: PostContext,
   execute: (scope: IdempotencyScope | null) => Promise<{ status: number; body: T }>,
-  onReplay: (stored: T) => T = (stored) => stored,
+  onReplay: (stored: T) => T | Promise<T> = (stored) => stored,
 ): Promise<T> {
   const result = await guard.run(
     { tokenId: ctx.token.id, method: ctx.request.method, path: scopePath(ctx.request), key: idempotencyKeyOf(ctx.headers), fingerprint: () => sentFingerprintOf(ctx.request) },
     execute,
   );
   // Before any header is set: a replay refused here (a kept secret that no longer opens) is answered as its problem alone.
-  const replayBody = result.replayed ? onReplay(result.body) : null;
+  const replayBody = result.replayed ? await onReplay(result.body) : null;
   ctx.set.status = result.status;
   if (result.replayed) ctx.set.headers["idempotent-replayed"] = "true";
   // Every 201 names what it created: the collection's path and the new id (a replay too).

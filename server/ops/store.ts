@@ -45,9 +45,11 @@ export function quickCheck(db: SqliteConnection): string {
     .join("; ");
 }
 
-/** vacuumInPlace rebuilds the database file and empties its WAL: no free page or old log frame keeps what was overwritten or deleted. */
+/** vacuumInPlace rebuilds the database file and empties its WAL: no free page or old log frame keeps what was overwritten or deleted; it throws when either is left undone. */
 // sqlite-only: VACUUM and wal_checkpoint rewrite SQLite's own files.
 export function vacuumInPlace(db: SqliteConnection): void {
   db.run("VACUUM");
-  db.run("PRAGMA wal_checkpoint(TRUNCATE)");
+  // A reader's open snapshot holds the checkpoint back without an error: the rebuilt pages stay in the log and the file keeps the old ones.
+  const { busy } = db.query<{ busy: number }, []>("PRAGMA wal_checkpoint(TRUNCATE)").get()!;
+  if (busy !== 0) throw new Error("another process reads the database (a sqlite3 session, a crm backup), so its log could not be written into the file");
 }

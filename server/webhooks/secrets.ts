@@ -279,17 +279,23 @@ export async function assertDatabaseSecretsKey(db: Database, box: SecretBox, key
  * write and then seals its secret anew with the rest.
  */
 export async function sealInWrite(tx: Db, box: SecretBox, subscriptionId: string, secret: string): Promise<string> {
-  const recorded = await findSecretsKeyCheck(tx);
-  if (recorded && !sameBytes(recorded, keyCheckValue(box))) {
-    throw new ProblemError(
-      503,
-      "secrets-key-replaced",
+  if (await isKeyReplaced(tx, box)) {
+    throw secretsKeyReplaced(
       "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
-      undefined,
-      { "retry-after": String(KEY_REPLACED_RETRY_AFTER_SECONDS) },
     );
   }
   return box.seal(subscriptionId, secret);
+}
+
+/** isKeyReplaced tells whether the database records another key than the box's: crm secrets-key rotate replaced it under this running instance. */
+export async function isKeyReplaced(db: Db, box: SecretBox): Promise<boolean> {
+  const recorded = await findSecretsKeyCheck(db);
+  return recorded !== null && !sameBytes(recorded, keyCheckValue(box));
+}
+
+/** secretsKeyReplaced is the 503 of a request refused by an instance left running on the key crm secrets-key rotate replaced, `detail` saying what it did not do. */
+export function secretsKeyReplaced(detail: string): ProblemError {
+  return new ProblemError(503, "secrets-key-replaced", detail, undefined, { "retry-after": String(KEY_REPLACED_RETRY_AFTER_SECONDS) });
 }
 
 /** KEY_REPLACED_RETRY_AFTER_SECONDS is the Retry-After of a request refused by an instance left on a replaced key: time for a load balancer to send the retry elsewhere. */

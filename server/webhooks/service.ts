@@ -28,7 +28,7 @@ import {
   type SubscriptionWithSecret,
 } from "./model.ts";
 import { SECRET_PREFIX } from "./delivery.ts";
-import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, recordReplacedSecretsKey, sealInWrite, SecretUnreadable, type SecretBox } from "./secrets.ts";
+import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, isKeyReplaced, recordReplacedSecretsKey, sealInWrite, secretsKeyReplaced, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
 import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
@@ -232,9 +232,11 @@ async function answerWithSecret(db: Db, row: SubscriptionRow, secret: string, st
 /**
  * openReplayedSecret opens the sealed secret of a replayed create or rotate-secret response, so a
  * replay shows it in full like the first answer. One sealed with a key this server does not have
- * (kept by a start with another key) is refused with 410 replay-secret-lost: no retry can show it.
+ * (kept by a start with another key) is refused with 410 replay-secret-lost: no retry can show it;
+ * but on an instance left running with the key crm secrets-key rotate replaced, with 503
+ * secrets-key-replaced: the instances with the new key show it.
  */
-export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): { data: SubscriptionWithSecret } {
+export async function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSecret }): Promise<{ data: SubscriptionWithSecret }> {
   // A create answered before migration 0011 was kept with its secret in clear. 0011 seals such
   // answers too, but as applied by a crm before 2026-11-28 it sealed only the subscriptions: an
   // answer it left in clear replays, for the rest of its 24 hours, with that secret as it is.
@@ -244,6 +246,11 @@ export function openReplayedSecret(rt: Runtime, body: { data: SubscriptionWithSe
     return { data: { ...body.data, secret: rt.secrets.open(id, body.data.secret) } };
   } catch (error) {
     if (!(error instanceof SecretUnreadable)) throw error;
+    if (await isKeyReplaced(rt.db, rt.secrets)) {
+      throw secretsKeyReplaced(
+        "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the signing secret the answer kept for this Idempotency-Key shows, so it cannot show it. Send the request again to another instance, with the same key; the operator should restart this one with the new key file.",
+      );
+    }
     throw new ProblemError(
       410,
       "replay-secret-lost",
@@ -773,6 +780,10 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
       return new ProblemError(409, "subscription-disabled", `The subscription ${refusal.subscriptionId} is disabled; enable it with POST /public/v1/webhook-subscriptions/${refusal.subscriptionId}/enable.`);
     case "subscription-paused":
       return new ProblemError(409, "subscription-paused", `The subscription ${refusal.subscriptionId} is paused; resume it and its deliveries go out.`);
+    case "secrets-key-replaced":
+      return secretsKeyReplaced(
+        "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the subscription's signing secret, so nothing was sent. Retry the delivery on another instance; the operator should restart this one with the new key file.",
+      );
     case "in-progress":
       return new ProblemError(409, "delivery-in-progress", "An attempt of this delivery is under way; read the delivery again when it has finished.", undefined, { "retry-after": "1" });
   }

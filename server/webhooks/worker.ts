@@ -183,7 +183,7 @@ export type Trigger = "scheduled" | "manual";
 
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
-  | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" }
+  | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" | "secrets-key-replaced" }
   | { refused: "event-erased"; erasedAt: number }
   | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused" | "subscription-attempts-busy"; subscriptionId: string };
 
@@ -851,6 +851,17 @@ export class DeliveryLoop {
     return signingSecrets({ ...due, secret: due.secret! }, due.id, Date.now()).map((sealed) => this.deps.secrets.open(due.subscription_id, sealed));
   }
 
+  /** opensSigningSecrets tells whether this instance's secrets key opens the secrets a delivery is signed with (openSigningSecrets). */
+  private opensSigningSecrets(due: DueDelivery): boolean {
+    try {
+      this.openSigningSecrets(due);
+      return true;
+    } catch (error) {
+      if (error instanceof SecretUnreadable) return false;
+      throw error;
+    }
+  }
+
   /** openRequests counts the requests open on this instance: the receiver slots held (holdReceiverSlot), manual attempts' too. */
   private get openRequests(): number {
     let open = 0;
@@ -1064,6 +1075,8 @@ export class DeliveryLoop {
         if (row.subscription_status !== "active") return { refused: "subscription-disabled", subscriptionId: row.subscription_id };
         if (row.subscription_paused_at !== null) return { refused: "subscription-paused", subscriptionId: row.subscription_id };
         if ((row.locked_until !== null && row.locked_until > now) || this.underWay().get(row.subscription_id)?.includes(id)) return { refused: "in-progress" };
+        // Left running on the key crm secrets-key rotate replaced, this instance could not sign it: the attempt would send nothing and record nothing.
+        if (!this.opensSigningSecrets(row)) return { refused: "secrets-key-replaced" };
         if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id };
         // Counted in the claim's write, after the refusals above: writes run one at a time, so
         // requests arriving together each see the attempts claimed before them, and a request

@@ -522,3 +522,49 @@ describe("secrets-key rotate on SQLite", () => {
     }
   });
 });
+
+describe("secrets-key rotate on SQLite: the file's rebuild refused after the commit", () => {
+  test("a process reading the database through the rebuild keeps the old sealed texts in the file: the rotation is done (the next steps printed, exit 0), a warning says the rebuild was not, and the command run again rebuilds it", async () => {
+    const dataDir = tempDir("key-rotate-read");
+    const keyPath = join(dataDir, "secrets.key");
+    const newKey = writeSecretsKeyFile(join(dataDir, "new.key"), 9);
+    try {
+      const token = createToken(SOURCE, dataDir);
+      const server = await serve(dataDir);
+      try {
+        expect((await postWithKey(server.url, token, "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, "sub-1")).status).toBe(201);
+      } finally {
+        expect(await server.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
+      }
+      const before = sealed(dataDir).filter((s) => s !== "");
+      expect(before).toHaveLength(2);
+      // A sqlite3 session or a crm backup reading meanwhile: the log cannot be emptied into the file.
+      const reader = new Database(join(dataDir, "crm.sqlite"), { readonly: true });
+      reader.run("BEGIN");
+      reader.query("SELECT count(*) FROM webhook_subscriptions").get();
+      const next = `next: mv ${newKey} ${keyPath}, then start the service; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both\n`;
+      try {
+        const rotated = crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir]);
+        expect(rotated).toEqual({
+          exitCode: 0,
+          stdout:
+            `sealed anew with ${newKey} the signing secrets of 1 webhook subscription (with 0 previous secrets of a rotation) and the secrets in 1 kept answer of creates and rotations; the database now records it as its secrets key, and refuses ${keyPath}\n` +
+            next,
+          stderr: expect.stringMatching(/^crm: warning: the rotation is done, but the database file was not rebuilt \(.+\): its free space and log may still hold the secrets sealed with the old key; run the command again once nothing else reads the database and there is room for two copies of its file \(one beside it, one in the temporary directory\): it rebuilds the file only\n$/),
+        });
+        expect(before.filter((s) => fileText(dataDir).includes(s.slice(15)))).toEqual(before);
+      } finally {
+        reader.run("COMMIT");
+        reader.close();
+      }
+      expect(crm(["secrets-key", "rotate", "--new-key-file", newKey, "--data-dir", dataDir])).toEqual({
+        exitCode: 0,
+        stdout: `the database already records ${newKey} as its secrets key (a rotation committed before): nothing was sealed anew; the database file was rebuilt, so its free space keeps nothing the old key sealed\n${next}`,
+        stderr: "",
+      });
+      expect(before.filter((s) => fileText(dataDir).includes(s.slice(15)))).toEqual([]);
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});

@@ -127,6 +127,18 @@ const KEY_REPLACED = {
     "This instance still has the secrets key that crm secrets-key rotate replaced: a signing secret sealed with it could be read by no instance started since, so nothing was changed. Send the request to another instance; the operator should restart this one with the new key file.",
 };
 
+const KEY_REPLACED_RETRY = {
+  ...KEY_REPLACED,
+  detail:
+    "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the subscription's signing secret, so nothing was sent. Retry the delivery on another instance; the operator should restart this one with the new key file.",
+};
+
+const KEY_REPLACED_REPLAY = {
+  ...KEY_REPLACED,
+  detail:
+    "This instance still has the secrets key that crm secrets-key rotate replaced, which does not open the signing secret the answer kept for this Idempotency-Key shows, so it cannot show it. Send the request again to another instance, with the same key; the operator should restart this one with the new key file.",
+};
+
 describe("secrets-key rotate on PostgreSQL", () => {
   test("every secret sealed anew with the new key; an instance left on the old key refuses to seal, a start with it is refused; instances with the new key replay the secrets and deliver signed with them", async () => {
     const old = lost;
@@ -141,6 +153,9 @@ describe("secrets-key rotate on PostgreSQL", () => {
       id = created.body.data.id;
       first = created.body.data.secret;
       second = (await postWithKey(left.url, token, `/public/v1/webhook-subscriptions/${id}/rotate-secret`, { grace_hours: 1 }, "rotate-1")).body.data.secret;
+      expect((await api(left.url, token, "POST", "/public/v1/contacts", { first_name: "Grace" })).status).toBe(201);
+      await waitUntil(() => receiver.received.length > 0, "the delivery before the rotation", left.proc);
+      const deliveryId = receiver.received[0]!.id;
 
       expect(crm(["secrets-key", "rotate", "--new-key-file", fresh, "--secrets-key-file", old], rotated.url)).toEqual({
         exitCode: 0,
@@ -158,6 +173,14 @@ describe("secrets-key rotate on PostgreSQL", () => {
         [503, "5", KEY_REPLACED],
         [503, "5", KEY_REPLACED],
       ]);
+      // Nor does it answer a retry it cannot sign as if it had been made: the new secret's seal does not open with its key.
+      const retried = await api(left.url, token, "POST", `/public/v1/webhook-deliveries/${deliveryId}/retry`);
+      expect([retried.status, retried.headers.get("retry-after"), retried.body]).toEqual([503, "5", KEY_REPLACED_RETRY]);
+      expect(receiver.received).toHaveLength(1);
+      receiver.received.length = 0;
+      // A create retried with its key is shown its secret by the instances with the new key: not told it is lost for good (410) here.
+      const replayed = await api(left.url, token, "POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created"] }, { "idempotency-key": "sub-1" });
+      expect([replayed.status, replayed.headers.get("retry-after"), replayed.body]).toEqual([503, "5", KEY_REPLACED_REPLAY]);
     } finally {
       expect(await left.stopWith("SIGTERM")).toEqual({ exitCode: 0, killed: false });
     }
