@@ -198,11 +198,14 @@ describe("rate limits: token create --rate", () => {
       const listed = run(["token", "list", "--data-dir", dataDir]);
       expect(listed.stdout.toString()).toContain(`${info.id}  `);
       expect(listed.stdout.toString()).toContain("rate 20:40,5:10");
-      for (const bad of ["20", "0,1", "a,b", "1:0,1", "1,1,1"]) {
+      // s36 ratelimits audit: a rate over 500,000 without its burst was refused as malformed, for a default burst past a cap nothing named.
+      const fast = run(["token", "create", "--name", "fast", "--rate", "600000,1", "--json", "--data-dir", dataDir]);
+      expect([fast.exitCode, JSON.parse(fast.stdout.toString()).rate]).toEqual([0, { read_per_second: 600000, read_burst: 1000000, write_per_second: 1, write_burst: 2 }]);
+      for (const bad of ["20", "0,1", "a,b", "1:0,1", "1,1,1", "2000000,1", "1:1000001,1"]) {
         const refused = run(["token", "create", "--name", "bad", "--rate", bad, "--data-dir", dataDir]);
         expect({ exitCode: refused.exitCode, stderr: refused.stderr.toString(), stdout: refused.stdout.toString() }).toEqual({
           exitCode: 2,
-          stderr: `crm: invalid --rate: ${JSON.stringify(bad)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100\n`,
+          stderr: `crm: invalid --rate: ${JSON.stringify(bad)} is not READS[:BURST],WRITES[:BURST] in requests per second, each rate and burst at most 1,000,000, e.g. 100:200,50:100\n`,
           stdout: "",
         });
       }
