@@ -289,7 +289,7 @@ export const SETTINGS: Setting[] = [
   { key: "idleTimeoutSeconds", flag: "--idle-timeout-seconds", env: "CRM_IDLE_TIMEOUT_SECONDS", kind: "positive-int", max: 255, help: "seconds an idle keep-alive connection stays open (1-255; Bun checks every 4 s, so it closes up to 4 s later)" },
   { key: "bodyTimeoutMs", flag: "--body-timeout-ms", env: "CRM_BODY_TIMEOUT_MS", kind: "positive-int", max: MAX_TIMER_SETTING_MS, help: `time a client has to send the whole request body, in milliseconds (1-${MAX_TIMER_SETTING_MS}, a day); then 408` },
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
-  { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503 (0: one eighth of --max-connections)" },
+  { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503; behind --trusted-proxies, requests in flight per forwarded client address (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
   {
     key: "slowListLane",

@@ -13,7 +13,7 @@ import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSec
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
 import { madeByText } from "./shared/made-by.ts";
-import { parseTokenRate } from "./limits/rate-limiter.ts";
+import { MAX_TOKEN_RATE, parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
@@ -46,7 +46,8 @@ Commands:
   migrate                            apply pending database migrations and exit
   token create --name N [--json] [--rate R[:B],W[:B]]
                                      create an API token; it is printed once, on stdout;
-                                     --rate: its own reads and writes per second (burst B)
+                                     --rate: its own reads and writes per second (burst B,
+                                     default twice the rate; each at most 1,000,000)
   token list                         list API tokens and who made each (never the token itself)
   token revoke ID                    revoke an API token
   user create --name N --email E     add a user contacts can be assigned to
@@ -830,7 +831,7 @@ async function main(argv: string[]): Promise<number> {
         if (nameFault) throw new ConfigError(`token create --name ${nameFault}`);
         const rate = rateText === undefined ? null : parseTokenRate(rateText);
         if (rate === null && rateText !== undefined) {
-          throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100`);
+          throw new ConfigError(`invalid --rate: ${JSON.stringify(rateText)} is not READS[:BURST],WRITES[:BURST] in requests per second, each rate and burst at most ${MAX_TOKEN_RATE.toLocaleString("en-US")}, e.g. 100:200,50:100`);
         }
         const config = loadCommandConfig(args);
         if (stdoutDiscarded()) throw new ConfigError("token create: standard output is /dev/null (or closed), so the token would be shown to no one; nothing was created");

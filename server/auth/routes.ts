@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
-import { pathStart } from "../http/request-log.ts";
+import { noteRateLimited, pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { WRITE_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
@@ -34,14 +34,29 @@ export function authentication(rt: Runtime) {
   const rates = rt.rateLimits;
   const unrecorded = (error: unknown) => rt.log.warn("a token's last use could not be recorded; the request goes on", { error: String(error) });
   type Context = { request: Request; set: { headers: Record<string, string | number> } };
+  const clientOf = (request: Request) => clientAddress(clientHints(request, rt.listening()?.requestIP(request)?.address ?? null), rt.config.trustedProxies);
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
-    Object.assign(set.headers, rates.admitToken(token.id, request.method));
+    let headers: Record<string, string>;
+    try {
+      headers = rates.admitToken(token.id, request.method);
+    } catch (tooMany) {
+      // The 429's log line names whose budget ran out.
+      noteRateLimited(request, { bucket: WRITE_METHODS.has(request.method) ? "write" : "read", token_id: token.id, client: clientOf(request) });
+      throw tooMany;
+    }
+    Object.assign(set.headers, headers);
     authenticated.set(request, token);
     if (WRITE_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
   const refuse = ({ request, set }: Context, failure: string): never => {
-    const peer = rt.listening()?.requestIP(request)?.address ?? null;
-    const headers = rates.admitFailedAuth(clientAddress(clientHints(request, peer), rt.config.trustedProxies));
+    const client = clientOf(request);
+    let headers: Record<string, string>;
+    try {
+      headers = rates.admitFailedAuth(client);
+    } catch (tooMany) {
+      noteRateLimited(request, { bucket: "failed-auth", client });
+      throw tooMany;
+    }
     Object.assign(set.headers, headers);
     throw unauthorized(failure, headers);
   };

@@ -11,9 +11,9 @@ function itemResult(index: number, result: BatchResult): BatchResult {
   return { ...result, errors: result.errors.map((error) => ({ ...error, pointer: `/items/${index}${error.pointer ?? ""}` })) };
 }
 
-/** batchWrites is what a batch of `items` items costs the write rate limit: one write plus one per BATCH_ITEMS_PER_WRITE items. */
+/** batchWrites is what a batch of `items` items costs the write rate limit: one write per BATCH_ITEMS_PER_WRITE items or part of them, at least one. */
 export function batchWrites(items: number): number {
-  return 1 + Math.floor(items / BATCH_ITEMS_PER_WRITE);
+  return Math.max(1, Math.ceil(items / BATCH_ITEMS_PER_WRITE));
 }
 
 /** BatchKind is how one record type is upserted: each item checked alone, then the valid ones written in order, as the batch's options say. */

@@ -104,7 +104,7 @@ export function clientAddress(hints: ClientHints, trustedProxies: string[]): str
 }
 
 /** isTrustedProxy tells whether a TCP peer is one of the configured reverse proxies. */
-function isTrustedProxy(peer: string | null, trustedProxies: string[]): boolean {
+export function isTrustedProxy(peer: string | null, trustedProxies: string[]): boolean {
   return peer !== null && trustedProxies.some((proxy) => normalizeAddress(proxy) === normalizeAddress(peer));
 }
 

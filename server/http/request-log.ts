@@ -8,6 +8,16 @@ interface RequestInfo {
   started: number;
   /** the type (slug) of the problem the request is answered with, if it is one (noteProblem) */
   problem?: string;
+  /** whose rate budget refused the request, if one did (noteRateLimited) */
+  rateLimited?: RateLimited;
+}
+
+/** RateLimited names, for a 429's log line, the bucket that refused a request, its token (the id, never the token) and the client address. */
+export interface RateLimited {
+  bucket: string;
+  token_id?: string;
+  /** the client's address (behind a trusted proxy, the forwarded one); null when unknown */
+  client: string | null;
 }
 
 const requestInfo = requestSlot<RequestInfo>("request info");
@@ -77,6 +87,12 @@ export function noteProblem(request: Request, slug: string): void {
   if (info) info.problem = slug;
 }
 
+/** noteRateLimited records whose rate budget refused a request, for its log line: an operator can then tell which integration or address hit its limit. */
+export function noteRateLimited(request: Request, rateLimited: RateLimited): void {
+  const info = requestInfo.get(request);
+  if (info) info.rateLimited = rateLimited;
+}
+
 /** problemOf returns the type (slug) of the problem a request was answered with (noteProblem), or undefined. */
 export function problemOf(request: Request): string | undefined {
   return requestInfo.get(request)?.problem;
@@ -98,6 +114,7 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
       status,
       // Without it a 503 for a full connection cap reads as one for a database down.
       problem: info?.problem,
+      ...info?.rateLimited,
       duration_ms: elapsedMs === undefined ? undefined : Math.round(elapsedMs * 100) / 100,
     });
   };

@@ -1,7 +1,7 @@
 import type { Server } from "bun";
 import { readFileSync } from "node:fs";
 import type { Config } from "../config.ts";
-import { canonicalAddress, clientAddress, clientHints, clientNetwork } from "../http/client-address.ts";
+import { canonicalAddress, clientAddress, clientHints, clientNetwork, isTrustedProxy } from "../http/client-address.ts";
 import { routedPath } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { ProblemError } from "../shared/problem.ts";
@@ -13,7 +13,8 @@ const RECONCILE_INTERVAL_MS = 50;
 const PROBE_PATHS = new Set(["/healthz", "/readyz"]);
 
 interface Connection {
-  client: string;
+  /** the client address whose share the connection counts in; null for a trusted proxy's, which carries anyone's requests */
+  client: string | null;
   inFlight: number;
   lastActive: number;
 }
@@ -78,8 +79,8 @@ function kernelLivePeers(port: number): Set<string> | null {
   return readable ? peers : null;
 }
 
-/** Admission is the gate's answer for a request: admitted, or which limit refused its new connection. */
-type Admission = "admitted" | "over-cap" | "over-share";
+/** Admission is the answer for a request: admitted, or which limit refused it (its new connection, or behind a proxy its client's requests). */
+type Admission = "admitted" | "over-cap" | "over-share" | "over-requests";
 
 /**
  * ConnectionGate caps the client connections served at once, and those of one client address.
@@ -115,9 +116,10 @@ class ConnectionGate {
 
   /**
    * admit records a request on a connection; a new connection past a limit is refused, after one
-   * reconciliation (only then is the answer a promise). `clientOf` is asked only for a new connection.
+   * reconciliation (only then is the answer a promise). `clientOf` is asked only for a new
+   * connection; null leaves it out of every client's share.
    */
-  admit(key: string, clientOf: () => string): Admission | Promise<Admission> {
+  admit(key: string, clientOf: () => string | null): Admission | Promise<Admission> {
     const first = this.tryAdmit(key, clientOf, performance.now());
     if (first === "admitted") return first;
     return this.reconcile().then(() => this.tryAdmit(key, clientOf, performance.now()));
@@ -138,7 +140,7 @@ class ConnectionGate {
     return this.open.size;
   }
 
-  private tryAdmit(key: string, clientOf: () => string, now: number): Admission {
+  private tryAdmit(key: string, clientOf: () => string | null, now: number): Admission {
     const known = this.open.get(key);
     if (known) {
       known.inFlight++;
@@ -146,11 +148,12 @@ class ConnectionGate {
       return "admitted";
     }
     const client = clientOf();
-    if (this.open.size >= this.max || (this.perClient.get(client) ?? 0) >= this.share) this.sweep(now);
+    const held = () => (client === null ? 0 : (this.perClient.get(client) ?? 0));
+    if (this.open.size >= this.max || held() >= this.share) this.sweep(now);
     if (this.open.size >= this.max) return "over-cap";
-    if ((this.perClient.get(client) ?? 0) >= this.share) return "over-share";
+    if (held() >= this.share) return "over-share";
     this.open.set(key, { client, inFlight: 1, lastActive: now });
-    this.perClient.set(client, (this.perClient.get(client) ?? 0) + 1);
+    if (client !== null) this.perClient.set(client, held() + 1);
     return "admitted";
   }
 
@@ -172,6 +175,7 @@ class ConnectionGate {
 
   private forget(key: string, connection: Connection): void {
     this.open.delete(key);
+    if (connection.client === null) return;
     const held = (this.perClient.get(connection.client) ?? 1) - 1;
     if (held > 0) this.perClient.set(connection.client, held);
     else this.perClient.delete(connection.client);
@@ -181,6 +185,38 @@ class ConnectionGate {
     for (const [key, connection] of this.open) {
       if (now - connection.lastActive > (connection.inFlight > 0 ? this.busyHorizonMs : this.idleHorizonMs)) this.forget(key, connection);
     }
+  }
+}
+
+/**
+ * ProxiedRequests counts the requests in flight of each client behind a trusted proxy. A proxy's
+ * keep-alive pool carries every client's requests on connections first opened for whichever client
+ * came first, so behind it a client's share is of requests at once, not of connections.
+ */
+class ProxiedRequests {
+  private readonly perClient = new Map<string, number>();
+  private readonly clientOf = requestSlot<string>("proxied client");
+
+  /** @param share requests one client address may have in flight */
+  constructor(readonly share: number) {}
+
+  /** take counts a request for its client; false when the client already has its share in flight. */
+  take(request: Request, client: string): boolean {
+    const held = this.perClient.get(client) ?? 0;
+    if (held >= this.share) return false;
+    this.perClient.set(client, held + 1);
+    this.clientOf.set(request, client);
+    return true;
+  }
+
+  /** release gives a request's count back once it is answered. */
+  release(request: Request): void {
+    const client = this.clientOf.get(request);
+    if (client === undefined) return;
+    this.clientOf.delete(request);
+    const held = (this.perClient.get(client) ?? 1) - 1;
+    if (held > 0) this.perClient.set(client, held);
+    else this.perClient.delete(client);
   }
 }
 
@@ -209,8 +245,9 @@ export interface ConnectionLimits {
 
 /**
  * connectionLimits enforces --max-connections and --max-connections-per-client. A client is its
- * address: the TCP peer, or behind a trusted proxy the forwarded address of the connection's first
- * request. /healthz and /readyz are answered even when their connection is refused (uncounted).
+ * address, the TCP peer, and its share counts its connections; behind a trusted proxy it is each
+ * request's forwarded address, and its share counts its requests in flight, while the proxy's
+ * connections count toward the cap only. /healthz and /readyz are answered even when refused (uncounted).
  * Its drain tells when the clients' connections are gone: the kernel's table where there is one (it
  * also holds connections that have not sent a request yet), else the connections the gate counts.
  */
@@ -220,6 +257,7 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
   const livePeers = () => (port === undefined ? null : readPeers(port));
   const gate = new ConnectionGate(config.maxConnections, clientShare(config), idleHorizonMs, idleHorizonMs + config.bodyTimeoutMs, livePeers);
   const connectionOf = requestSlot<string>("connection");
+  const proxied = new ProxiedRequests(gate.share);
   let draining = false;
   return {
     admit(request, server, path) {
@@ -231,7 +269,13 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
       const clientOf = () => clientNetwork(clientAddress(clientHints(request, peer.address), config.trustedProxies) ?? canonicalAddress(peer.address));
       const admitted = (admission: Admission) => {
         if (admission === "admitted") connectionOf.set(request, connection);
-        else if (!PROBE_PATHS.has(routedPath(path))) {
+        else if (PROBE_PATHS.has(routedPath(path))) return;
+        else if (admission === "over-requests") {
+          // The proxy's connection carries other clients' requests: it stays open.
+          throw new ProblemError(503, "too-many-connections", `This client address has its limit of ${proxied.share} requests in flight through the proxy. Retry shortly.`, undefined, {
+            "retry-after": "1",
+          });
+        } else {
           throw tooManyConnections(
             admission === "over-cap"
               ? `The server is serving its limit of ${gate.max} connections. Retry shortly, or reuse a kept-alive connection.`
@@ -239,10 +283,14 @@ export function connectionLimits(config: Config, readPeers: (port: number) => Se
           );
         }
       };
-      const admission = gate.admit(connection, clientOf);
+      const viaProxy = isTrustedProxy(peer.address, config.trustedProxies);
+      // Counted before the connection: a refusal of the connection still gives the count back (release).
+      if (viaProxy && !proxied.take(request, clientOf())) return admitted("over-requests");
+      const admission = gate.admit(connection, viaProxy ? () => null : clientOf);
       return typeof admission === "string" ? admitted(admission) : admission.then(admitted);
     },
     release(request) {
+      proxied.release(request);
       const connection = connectionOf.get(request);
       if (connection) gate.release(connection, draining || request.headers.get("connection")?.toLowerCase() === "close");
     },

@@ -14,19 +14,25 @@ export interface TokenRate {
   writeBurst: number;
 }
 
+/** MAX_TOKEN_RATE bounds each rate and burst `token create --rate` takes. */
+export const MAX_TOKEN_RATE = 1_000_000;
+
 /**
  * parseTokenRate reads `READ[:BURST],WRITE[:BURST]` (requests per second, burst defaulting to
- * twice the rate), e.g. `10,5` or `100:500,20:20`; null when the text does not have that form.
+ * twice the rate, at most MAX_TOKEN_RATE), e.g. `10,5` or `100:500,20:20`; null when the text does
+ * not have that form or a value passes MAX_TOKEN_RATE.
  */
 export function parseTokenRate(text: string): TokenRate | null {
   const match = /^\s*(\d+(?:\.\d+)?)(?::(\d+))?\s*,\s*(\d+(?:\.\d+)?)(?::(\d+))?\s*$/.exec(text);
   if (!match) return null;
   const readPerSecond = Number(match[1]);
   const writePerSecond = Number(match[3]);
-  const readBurst = match[2] === undefined ? Math.max(1, Math.ceil(readPerSecond * 2)) : Number(match[2]);
-  const writeBurst = match[4] === undefined ? Math.max(1, Math.ceil(writePerSecond * 2)) : Number(match[4]);
+  // A default burst past the cap would refuse a rate that is itself within it.
+  const defaultBurst = (perSecond: number) => Math.min(MAX_TOKEN_RATE, Math.max(1, Math.ceil(perSecond * 2)));
+  const readBurst = match[2] === undefined ? defaultBurst(readPerSecond) : Number(match[2]);
+  const writeBurst = match[4] === undefined ? defaultBurst(writePerSecond) : Number(match[4]);
   if (!(readPerSecond > 0 && writePerSecond > 0 && readBurst >= 1 && writeBurst >= 1)) return null;
-  if (![readPerSecond, writePerSecond, readBurst, writeBurst].every((v) => v <= 1_000_000)) return null;
+  if (![readPerSecond, writePerSecond, readBurst, writeBurst].every((v) => v <= MAX_TOKEN_RATE)) return null;
   return { readPerSecond, readBurst, writePerSecond, writeBurst };
 }
 

@@ -27,6 +27,15 @@ async function serve(overrides: Partial<Config>, log = createLogger("error", () 
   return { port: running.server.port!, token: (await createApiToken(running.runtime.db, "connections")).token };
 }
 
+/** HELD_BODY is the body holdRequest declares and leaves unsent. */
+const HELD_BODY = `{"first_name":"Ada"}`;
+
+/** holdRequest sends a POST head whose body is not sent yet (write HELD_BODY to finish it): a request in flight until then. */
+function holdRequest(connection: Connection, headers: Record<string, string>): void {
+  const lines = Object.entries({ host: "127.0.0.1", ...headers, "content-type": "application/json", "content-length": String(HELD_BODY.length) }).map(([k, v]) => `${k}: ${v}\r\n`);
+  connection.write(`POST /public/v1/contacts HTTP/1.1\r\n${lines.join("")}\r\n`);
+}
+
 describe("connections: within the limits", () => {
   test("connections up to --max-connections are served, and keep-alive reuses one", async () => {
     const { port } = await serve({ maxConnections: 2 });
@@ -122,28 +131,69 @@ describe("connections: closed connections and each client's share", () => {
     for (const c of [greedy[1]!, other, again]) c.destroy();
   });
 
-  test("behind a trusted proxy each forwarded client address has its own share", async () => {
-    const { port, token } = await serve({ maxConnections: 16, trustedProxies: ["127.0.0.1"] });
+  test("behind a trusted proxy each forwarded client's share is its requests in flight, whichever pooled connection carries them: a client with none is served, the proxy's connection is kept", async () => {
+    const { port, token } = await serve({ maxConnections: 16, maxConnectionsPerClient: 2, trustedProxies: ["127.0.0.1"], bodyTimeoutMs: 60_000 });
     const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
-    const held = [new Connection(port), new Connection(port)];
-    for (const c of held) expect((await c.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(200);
-    const third = new Connection(port);
-    expect((await third.request("GET", "/public/v1/contacts", as("203.0.113.5"))).status).toBe(503);
-    const someoneElse = new Connection(port);
-    expect((await someoneElse.request("GET", "/public/v1/contacts", as("203.0.113.6"))).status).toBe(200);
-    for (const c of [...held, someoneElse]) c.destroy();
+    const [a, b] = ["198.51.100.7", "203.0.113.9"];
+    // the proxy's keep-alive pool (deploy/nginx-instances.conf): opened for A, then reused for B
+    const pool = [new Connection(port), new Connection(port)];
+    const statuses: number[] = [];
+    for (const c of pool) statuses.push((await c.request("GET", "/public/v1/contacts", as(a))).status);
+    for (let i = 0; i < 3; i++) for (const c of pool) statuses.push((await c.request("GET", "/public/v1/contacts", as(b))).status);
+    const forA = new Connection(port);
+    statuses.push((await forA.request("GET", "/public/v1/contacts", as(a))).status);
+    expect(statuses).toEqual(Array(9).fill(200));
+    // B holds two requests in flight (their bodies not sent yet): its third is refused, A's are not
+    for (const c of pool) holdRequest(c, as(b));
+    expect((await forA.request("GET", "/public/v1/contacts", as(a))).status).toBe(200);
+    const forB = new Connection(port);
+    const refused = await forB.request("GET", "/public/v1/contacts", as(b));
+    expect([refused.status, refused.headers["retry-after"], refused.headers.connection, JSON.parse(refused.body)]).toEqual([
+      503,
+      "1",
+      undefined,
+      {
+        type: "urn:crm:problem:too-many-connections",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "This client address has its limit of 2 requests in flight through the proxy. Retry shortly.",
+      },
+    ]);
+    // once B's requests are answered, the same connection serves B again
+    for (const c of pool) {
+      c.write(HELD_BODY);
+      expect((await c.response()).status).toBe(201);
+    }
+    expect((await forB.request("GET", "/public/v1/contacts", as(b))).status).toBe(200);
+    for (const c of [...pool, forA, forB]) c.destroy();
+  });
+
+  test("behind a trusted proxy the proxy's connections count toward --max-connections only", async () => {
+    const { port, token } = await serve({ maxConnections: 3, maxConnectionsPerClient: 1, trustedProxies: ["127.0.0.1"] });
+    const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
+    const pool = [new Connection(port), new Connection(port), new Connection(port)];
+    const statuses: number[] = [];
+    for (const c of pool) statuses.push((await c.request("GET", "/public/v1/contacts", as("198.51.100.7"))).status);
+    const fourth = new Connection(port);
+    const refused = await fourth.request("GET", "/public/v1/contacts", as("203.0.113.9"));
+    statuses.push(refused.status);
+    expect([statuses, JSON.parse(refused.body).detail]).toEqual([
+      [200, 200, 200, 503],
+      "The server is serving its limit of 3 connections. Retry shortly, or reuse a kept-alive connection.",
+    ]);
+    for (const c of [...pool, fourth]) c.destroy();
   });
 
   test("an IPv6 client's share is its /64: other addresses of that network, however spelled, hold the same share", async () => {
-    const { port, token } = await serve({ maxConnections: 16, trustedProxies: ["127.0.0.1"] });
+    const { port, token } = await serve({ maxConnections: 16, maxConnectionsPerClient: 2, trustedProxies: ["127.0.0.1"], bodyTimeoutMs: 60_000 });
     const as = (client: string) => ({ authorization: `Bearer ${token}`, "x-forwarded-for": client });
     const held = [new Connection(port), new Connection(port)];
-    expect((await held[0]!.request("GET", "/public/v1/contacts", as("2001:db8:1:2::a"))).status).toBe(200);
-    expect((await held[1]!.request("GET", "/public/v1/contacts", as("2001:DB8:1:2:0:0:0:B"))).status).toBe(200);
-    const third = new Connection(port);
-    expect((await third.request("GET", "/public/v1/contacts", as("2001:0db8:0001:0002:ffff:1:2:3"))).status).toBe(503);
+    holdRequest(held[0]!, as("2001:db8:1:2::a"));
+    holdRequest(held[1]!, as("2001:DB8:1:2:0:0:0:B"));
     const nextNetwork = new Connection(port);
     expect((await nextNetwork.request("GET", "/public/v1/contacts", as("2001:db8:1:3::a"))).status).toBe(200);
+    const third = new Connection(port);
+    expect((await third.request("GET", "/public/v1/contacts", as("2001:0db8:0001:0002:ffff:1:2:3"))).status).toBe(503);
     for (const c of [...held, third, nextNetwork]) c.destroy();
   });
 

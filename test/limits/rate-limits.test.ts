@@ -4,8 +4,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createApiToken, tokenRate } from "../../server/auth/service.ts";
 import { databasePath, openDatabase } from "../../server/db/database.ts";
+import { DEFAULT_CONFIG } from "../../server/config.ts";
 import { makeRoom, MAX_TRACKED_KEYS, parseTokenRate, TokenBuckets } from "../../server/limits/rate-limiter.ts";
+import { startServer } from "../../server/server.ts";
+import { createLogger } from "../../server/shared/log.ts";
 import { contactCount } from "../foundation/support.ts";
+import { waitFor } from "../webhooks/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
 
@@ -107,6 +111,35 @@ describe("rate limits: over the limit", () => {
     expect(await contactCount(h)).toBe(4);
   });
 
+  // s36 ratelimits audit: a 429's line named neither the token nor the bucket nor the client, so an operator could not tell which integration hit its limit.
+  test("a 429's request line names the bucket, the token's id (never the token) and the client address", async () => {
+    const lines: Record<string, any>[] = [];
+    const dataDir = mkdtempSync(join(tmpdir(), "crm-rate-"));
+    const config = { ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "info" as const, rateReadPerSecond: 1, rateReadBurst: 1, rateWritePerSecond: 1, rateWriteBurst: 1, authFailuresPerMinute: 1 };
+    const running = await startServer(config, createLogger("info", (line) => lines.push(JSON.parse(line))));
+    try {
+      const { token, info } = await createApiToken(running.runtime.db, "throttled");
+      const url = `http://127.0.0.1:${running.server.port}/public/v1/contacts`;
+      const statuses: number[] = [];
+      for (const init of [{}, { method: "POST", body: "{}" }]) {
+        for (let i = 0; i < 2; i++) statuses.push((await fetch(url, { ...init, headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } })).status);
+      }
+      for (let i = 0; i < 2; i++) statuses.push((await fetch(url, { headers: { authorization: "Bearer crm_wrong" } })).status);
+      expect(statuses).toEqual([200, 429, 422, 429, 401, 429]);
+      const refused = () => lines.filter((l) => l.msg === "request" && l.status === 429);
+      await waitFor(() => refused().length === 3, "the three 429s' request lines");
+      expect(refused().map(({ method, problem, bucket, token_id, client }) => ({ method, problem, bucket, token_id, client }))).toEqual([
+        { method: "GET", problem: "rate-limited", bucket: "read", token_id: info.id, client: "127.0.0.1" },
+        { method: "POST", problem: "rate-limited", bucket: "write", token_id: info.id, client: "127.0.0.1" },
+        { method: "GET", problem: "rate-limited", bucket: "failed-auth", token_id: undefined, client: "127.0.0.1" },
+      ]);
+      expect(JSON.stringify(lines)).not.toContain(token);
+    } finally {
+      await running.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
   test("a refused request is refused before its body is read or validated", async () => {
     h = await createHarness({ rateWritePerSecond: 1, rateWriteBurst: 1 });
     expect((await h.request("POST", "/public/v1/contacts", { body: { first_name: "R" } })).status).toBe(201);
@@ -198,11 +231,14 @@ describe("rate limits: token create --rate", () => {
       const listed = run(["token", "list", "--data-dir", dataDir]);
       expect(listed.stdout.toString()).toContain(`${info.id}  `);
       expect(listed.stdout.toString()).toContain("rate 20:40,5:10");
-      for (const bad of ["20", "0,1", "a,b", "1:0,1", "1,1,1"]) {
+      // s36 ratelimits audit: a rate over 500,000 without its burst was refused as malformed, for a default burst past a cap nothing named.
+      const fast = run(["token", "create", "--name", "fast", "--rate", "600000,1", "--json", "--data-dir", dataDir]);
+      expect([fast.exitCode, JSON.parse(fast.stdout.toString()).rate]).toEqual([0, { read_per_second: 600000, read_burst: 1000000, write_per_second: 1, write_burst: 2 }]);
+      for (const bad of ["20", "0,1", "a,b", "1:0,1", "1,1,1", "2000000,1", "1:1000001,1"]) {
         const refused = run(["token", "create", "--name", "bad", "--rate", bad, "--data-dir", dataDir]);
         expect({ exitCode: refused.exitCode, stderr: refused.stderr.toString(), stdout: refused.stdout.toString() }).toEqual({
           exitCode: 2,
-          stderr: `crm: invalid --rate: ${JSON.stringify(bad)} is not READS[:BURST],WRITES[:BURST] in requests per second, e.g. 100:200,50:100\n`,
+          stderr: `crm: invalid --rate: ${JSON.stringify(bad)} is not READS[:BURST],WRITES[:BURST] in requests per second, each rate and burst at most 1,000,000, e.g. 100:200,50:100\n`,
           stdout: "",
         });
       }
