@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
-import { pathStart } from "../http/request-log.ts";
+import { noteToken, pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { WRITE_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
@@ -37,6 +37,7 @@ export function authentication(rt: Runtime) {
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
     Object.assign(set.headers, rates.admitToken(token.id, request.method));
     authenticated.set(request, token);
+    noteToken(request, token.id);
     if (WRITE_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
   const refuse = ({ request, set }: Context, failure: string): never => {
