@@ -11,6 +11,8 @@ import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
 import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
+import { MadeByText } from "../pages/made-by.tsx";
+import type { MakerNames } from "../../server/shared/made-by.ts";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until"] as const;
@@ -173,7 +175,7 @@ export function deliveriesPage(props: {
 }
 
 /** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null }): string {
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; names: MakerNames }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -209,6 +211,19 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
                 <span class="muted">no contact or account</span>
               )}
             </dd>
+            {e.token_id !== null && (
+              <>
+                <dt>Made by</dt>
+                <dd>
+                  <a href={`/console/tokens#${e.token_id}`}>
+                    <MadeByText madeBy={{ kind: "api_token", id: e.token_id }} names={props.names} />
+                  </a>{" "}
+                  <span class="muted">
+                    (<code>{e.token_id}</code>)
+                  </span>
+                </dd>
+              </>
+            )}
           </dl>
         </section>
         <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />

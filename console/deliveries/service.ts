@@ -1,5 +1,7 @@
 import type { Database, Db } from "../../server/db/sql.ts";
 import type { Runtime } from "../../server/runtime.ts";
+import { makerNames } from "../../server/auth/service.ts";
+import type { MakerNames } from "../../server/shared/made-by.ts";
 import { findAccount } from "../../server/accounts/service.ts";
 import { findContact } from "../../server/contacts/service.ts";
 import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../../server/http/request-log.ts";
@@ -230,20 +232,23 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
 export interface EventPageView {
   event: WebhookEvent;
   subject: { href: string; label: string } | null;
+  /** what names the API token that made it, if one did */
+  names: MakerNames;
 }
 
 /** eventPage returns an event with its deliveries and the contact or account it is about, or throws 404. */
 export async function eventPage(db: Database, id: string): Promise<EventPageView> {
   const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
+  const names = await makerNames(db);
   const subjectId = event.subject_id;
   if (subjectId?.startsWith("con_")) {
     const contact = await findContact(db, subjectId);
-    return { event, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
+    return { event, names, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
   }
   if (subjectId?.startsWith("acc_")) {
     const account = await findAccount(db, subjectId);
-    return { event, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
+    return { event, names, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
   }
-  return { event, subject: null };
+  return { event, names, subject: null };
 }

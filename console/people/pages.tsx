@@ -46,7 +46,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
         )}
         <DataTable id="tokens" columns={["Name", "Starts with", "Made by", "Created (UTC)", "Last used (UTC)", "Status", ""]} empty={props.tokens.length === 0 ? "No API tokens yet." : null}>
           {props.tokens.map((t) => (
-            <tr data-token-id={t.id}>
+            <tr id={t.id} data-token-id={t.id}>
               <td data-label="Name">
                 <span class="chosen">{t.name}</span>
               </td>

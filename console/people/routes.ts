@@ -1,7 +1,7 @@
 import { Elysia, t } from "elysia";
 import { listTokens, makerNames } from "../../server/auth/service.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { requestIdOf } from "../../server/http/request-log.ts";
+import { originOf } from "../../server/http/request-log.ts";
 import { findOperator, operatorSummaries, pendingLinks, withdrawOperatorLink } from "../../server/operators/service.ts";
 import { operatorMade } from "../../server/operators/removal.ts";
 import type { Runtime } from "../../server/runtime.ts";
@@ -138,7 +138,7 @@ export function peopleRoutes(rt: Runtime) {
     .post(
       "/users/:id/delete",
       async ({ request, session, params, body }) => {
-        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
+        const { unassigned } = await deleteUserFromForm(rt, session, params.id, field(body, "form_key"), originOf(request));
         return redirect(`${CONSOLE_PREFIX}/users?deleted=1&unassigned=${unassigned}`);
       },
       { params: IdParam, body: OptionalForm },
@@ -190,7 +190,7 @@ export function peopleRoutes(rt: Runtime) {
       "/operators/:id/remove",
       async ({ request, session, params, body, secure }) => {
         const choices = { revokeTokens: field(body, "revoke_tokens") === "yes", disableSubscriptions: field(body, "disable_subscriptions") === "yes" };
-        const done = await removeOperatorFromForm(rt, session, params.id, field(body, "form_key"), choices, requestIdOf(request));
+        const done = await removeOperatorFromForm(rt, session, params.id, field(body, "form_key"), choices, originOf(request));
         // Removing oneself ends one's own session too: the browser goes to the sign-in page.
         if (params.id === session.operator.id) return redirect(`${CONSOLE_PREFIX}/login`, { cookies: [clearCookieHeader(SESSION_COOKIE, secure)] });
         const also = `${done.tokens > 0 ? `&revoked=${done.tokens}` : ""}${done.subscriptions > 0 ? `&disabled=${done.subscriptions}` : ""}`;

@@ -8,7 +8,7 @@ import { dropOperatorWith, operatorRemoved, type RemovalChoices } from "../../se
 import { issueInvite, issueResetLink } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
-import { madeByOperator } from "../../server/shared/made-by.ts";
+import { madeByOperator, type ChangeOrigin } from "../../server/shared/made-by.ts";
 import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
 import { ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { UserInput, type User } from "../../server/users/model.ts";
@@ -67,12 +67,12 @@ function userDeletedAnswer({ user, unassigned }: DeletedUser): { deleted: string
 
 /**
  * deleteUserFromForm deletes a user once per form key, as the API's delete does (in short writes,
- * deleteUser, its events made by the console's request `requestId`), its answer recorded in the last of them: the confirmation sent again (a double
+ * deleteUser, its events made by the console's request `origin`), its answer recorded in the last of them: the confirmation sent again (a double
  * click) answers as the first did, where the delete alone would be 404 by then.
  */
-export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<{ unassigned: number }> {
+export async function deleteUserFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, origin: ChangeOrigin): Promise<{ unassigned: number }> {
   const done = await onceForForm(rt, { session, path: `/console/users/${id}/delete`, key: formKey, values: {} }, async (scope) => {
-    const deleted = await deleteUser(rt.db, id, rt.unlinkChunk, requestId, (tx, answer, now) => saveIdempotentResponse(tx, scope, 200, userDeletedAnswer(answer), now));
+    const deleted = await deleteUser(rt.db, id, rt.unlinkChunk, origin, (tx, answer, now) => saveIdempotentResponse(tx, scope, 200, userDeletedAnswer(answer), now));
     return { status: 200, body: userDeletedAnswer(deleted) };
   });
   return { unassigned: done.body.unassigned };
@@ -125,13 +125,13 @@ export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id
 /**
  * removeOperatorFromForm removes an operator once per form key, and in the same write, as chosen,
  * revokes the API tokens they made and disables the subscriptions they made or created with one
- * of those tokens (made by request `requestId`); it returns how many of each. The confirmation
+ * of those tokens (made by request `origin`); it returns how many of each. The confirmation
  * sent again (a double click) answers as the first did, where the removal alone would be 404 by then.
  */
-export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, choices: RemovalChoices, requestId: string): Promise<{ tokens: number; subscriptions: number }> {
+export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, choices: RemovalChoices, origin: ChangeOrigin): Promise<{ tokens: number; subscriptions: number }> {
   const form = { session, path: `/console/operators/${id}/remove`, key: formKey, values: { revoke_tokens: choices.revokeTokens, disable_subscriptions: choices.disableSubscriptions } };
   const { body, replayed } = await changeOnceForForm(rt, form, async (tx, now) => {
-    const { operator, ...done } = await dropOperatorWith(tx, id, choices, requestId, now);
+    const { operator, ...done } = await dropOperatorWith(tx, id, choices, origin, now);
     return { removed: operator.id, ...done };
   });
   // An answer kept by an earlier version holds neither list.

@@ -1,6 +1,6 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
-import { requestIdOf } from "../../server/http/request-log.ts";
+import { originOf, requestIdOf } from "../../server/http/request-log.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import type { ProblemError } from "../../server/shared/problem.ts";
 import type { Subscription } from "../../server/webhooks/model.ts";
@@ -258,7 +258,7 @@ export function rotationRoutes(rt: Runtime) {
       "/subscriptions/:id/secret-rotation/test",
       async ({ request, session, params, body }) => {
         try {
-          await sendSecretRotationTest(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
+          await sendSecretRotationTest(rt, session, params.id, field(body, "form_key"), originOf(request));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(secretRotationPage({ session, view: await secretRotationView(db, params.id), refusal: failure }), failure.status);
@@ -314,7 +314,7 @@ export function rotationRoutes(rt: Runtime) {
       "/rotations/:id/test",
       async ({ request, session, params, body }) => {
         try {
-          await sendRotationTest(rt, session, params.id, field(body, "form_key"), requestIdOf(request));
+          await sendRotationTest(rt, session, params.id, field(body, "form_key"), originOf(request));
         } catch (error) {
           const failure = wizardTestRefusal(error);
           return htmlResponse(rotationPage({ session, rotation: await rotationView(db, params.id), refusal: failure }), failure.status);

@@ -3,7 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
-import { madeByOf, madeByOperator, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
+import { madeByOf, madeByOperator, type ChangeOrigin, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
 import { makerNames } from "../../server/auth/service.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
@@ -228,7 +228,7 @@ export async function startRotation(rt: Runtime, operator: Operator, oldId: stri
  * is refused too, naming its Resume button, though the API would queue the ping: the wizard's step
  * waits for the test's answer, which would not come until someone resumed the subscription.
  */
-function addWizardTestEvent(tx: Db, row: SubscriptionRow, requestId: string, now: number): Promise<{ delivery_id: string; event_id: string }> {
+function addWizardTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeOrigin, now: number): Promise<{ delivery_id: string; event_id: string }> {
   const name = isolated(row.description ?? receiverUrl(row.target_url));
   if (row.status === "disabled") {
     throw new ProblemError(409, "subscription-disabled", `No test event was sent: the subscription ${name} is disabled${disabledBecause(row.disabled_reason)}. Enable it with its Enable button on the Subscriptions page, then send the test event again.`);
@@ -240,23 +240,23 @@ function addWizardTestEvent(tx: Db, row: SubscriptionRow, requestId: string, now
       `No test event was sent: the subscription ${name} is paused, and the test event would wait until it is resumed. Resume it with its Resume button on the Subscriptions page (its pending deliveries then go out), then send the test event again.`,
     );
   }
-  return addTestEvent(tx, row, requestId, now);
+  return addTestEvent(tx, row, origin, now);
 }
 
 /**
  * sendRotationTest sends a webhook.ping to the rotation's new subscription only and remembers its
  * delivery, in one commit: a ping the rotation does not know of would leave the wizard asking for
  * a test that was sent. Once per form key: sent twice (a double click), it sends one ping, made by
- * the console's request `requestId`.
+ * the console's request `origin`.
  */
-export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<void> {
+export async function sendRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, origin: ChangeOrigin): Promise<void> {
   await changeOnceForForm(rt, { session, path: `/console/rotations/${id}/test`, key: formKey }, async (tx, now) => {
     const rotation = await findRotation(tx, id);
     if (!rotation) throw notFound("rotation", id);
     if (rotation.completed_at !== null) throw new ProblemError(409, "rotation-closed", "This rotation is finished.");
     const replacement = await findSubscriptionById(tx, id);
     if (!replacement) throw new ProblemError(409, "rotation-closed", "The new subscription of this rotation was deleted.");
-    const sent = await addWizardTestEvent(tx, replacement, requestId, now);
+    const sent = await addWizardTestEvent(tx, replacement, origin, now);
     await setRotationTestDelivery(tx, id, sent.delivery_id, now);
     return sent;
   });
@@ -365,14 +365,14 @@ export async function rotateSecretFromForm(rt: Runtime, session: ConsoleSession,
  * its delivery as the rotation's test, in one commit: a ping the wizard does not know of would leave
  * it asking for a test that was sent, and the record is what has the ping signed with the new secret
  * alone (signingSecrets). Once per form key: sent twice (a double click), it sends one ping, made
- * by the console's request `requestId`.
+ * by the console's request `origin`.
  */
-export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, requestId: string): Promise<void> {
+export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSession, id: string, formKey: string, origin: ChangeOrigin): Promise<void> {
   await changeOnceForForm(rt, { session, path: `/console/subscriptions/${id}/secret-rotation/test`, key: formKey }, async (tx, now) => {
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (!graceRunning(row, now)) throw new ProblemError(409, "rotation-closed", "No secret rotation is under way for this subscription: both secrets no longer sign.");
-    const sent = await addWizardTestEvent(tx, row, requestId, now);
+    const sent = await addWizardTestEvent(tx, row, origin, now);
     await setSecretRotationTest(tx, id, sent.delivery_id);
     return sent;
   });

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { requestIdOf } from "../http/request-log.ts";
+import { originOf } from "../http/request-log.ts";
 import { ConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -27,7 +27,7 @@ const BATCH_DOC = {
 export function accountRoutes(rt: Runtime) {
   return new Elysia({ name: "accounts", prefix: "/public/v1/accounts" })
     .use(bearerAuth())
-    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope, requestIdOf(request))), {
+    .post("", ({ request, headers, token, body, set }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createAccount(rt, body, scope, originOf(request))), {
       body: AccountInput,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -61,7 +61,7 @@ export function accountRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers), requestIdOf(request)) }), {
+    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateAccount(rt, params.id, body, versionCondition(headers), originOf(request)) }), {
       params: AccountId,
       body: AccountPatch,
       headers: ConditionHeaders,
@@ -75,7 +75,7 @@ export function accountRoutes(rt: Runtime) {
       },
     })
     .delete("/:id", async ({ request, params, headers, set }) => {
-      await deleteAccount(rt, params.id, versionCondition(headers), requestIdOf(request));
+      await deleteAccount(rt, params.id, versionCondition(headers), originOf(request));
       set.status = 204;
     }, {
       params: AccountId,

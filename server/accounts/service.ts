@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { applyPatch } from "../shared/patch.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { BatchResult } from "../batch/model.ts";
@@ -115,21 +116,21 @@ async function matchAccount(db: Db, input: AccountInput): Promise<{ row: Account
   return { errors: [{ pointer: "/domain", detail: `no account has this domain, and several of this name have none (${idsOf(domainless)}): give it to the one it belongs to (PATCH /public/v1/accounts/ID), or create this account with POST /public/v1/accounts first` }] };
 }
 
-/** writeNewAccount inserts an account and its account.created event (made by the request `requestId`); call it inside a write. */
-async function writeNewAccount(db: Db, input: AccountInput, requestId: string | null, now: number): Promise<Account> {
+/** writeNewAccount inserts an account and its account.created event (made by the request `origin`); call it inside a write. */
+async function writeNewAccount(db: Db, input: AccountInput, origin: ChangeOrigin | null, now: number): Promise<Account> {
   const row = accountRowFrom(blankAccount(now), input, now);
   await insertAccount(db, row);
   const account = toAccount(row);
-  await recordEvent(db, "account.created", account, requestId, now);
+  await recordEvent(db, "account.created", account, origin, now);
   return account;
 }
 
 /**
  * writeAccountChange applies an input to a stored account inside the caller's write: a change is
- * written with updated_at = now and its account.updated event (made by the request `requestId`);
+ * written with updated_at = now and its account.updated event (made by the request `origin`);
  * an input that changes nothing writes nothing. Refuses merged further properties over their limit.
  */
-async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, requestId: string | null, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
+async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, origin: ChangeOrigin | null, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...accountRowFrom(current, input, now), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, KNOWN);
@@ -140,16 +141,16 @@ async function writeAccountChange(db: Db, current: AccountRow, input: AccountInp
   if (canonicalJson({ ...after, version: null, updated_at: null }) === canonicalJson({ ...before, version: null, updated_at: null })) return { account: before, changed: false };
   await updateAccountRow(db, row);
   // Its event happened at its updated_at: a stamp a clock ahead left on the account is kept (notBefore).
-  await recordEvent(db, "account.updated", after, requestId, row.updated_at);
+  await recordEvent(db, "account.updated", after, origin, row.updated_at);
   return { account: after, changed: true };
 }
 
 /** upsertAccount writes one valid batch item: created, updated or unchanged; invalid when its key is ambiguous or the merged properties too large. */
-async function upsertAccount(db: Db, input: AccountInput, now: number, requestId: string | null): Promise<BatchResult> {
+async function upsertAccount(db: Db, input: AccountInput, now: number, origin: ChangeOrigin | null): Promise<BatchResult> {
   const match = await matchAccount(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
-  if (!match.row) return { status: "created", id: (await writeNewAccount(db, input, requestId, now)).id };
-  const change = await writeAccountChange(db, match.row, input, requestId, now);
+  if (!match.row) return { status: "created", id: (await writeNewAccount(db, input, origin, now)).id };
+  const change = await writeAccountChange(db, match.row, input, origin, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
@@ -157,12 +158,12 @@ async function upsertAccount(db: Db, input: AccountInput, now: number, requestId
 /** ACCOUNT_BATCH upserts accounts in POST /accounts/batch: keyed by domain (the name choosing among several), else (or when no account has it) name. */
 export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemErrors, upsert: upsertAccount };
 
-/** createAccount stores an account, its account.created event (made by the request `requestId`) and its idempotent response in one group-committed write. */
-export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: Account } }> {
+/** createAccount stores an account, its account.created event (made by the request `origin`) and its idempotent response in one group-committed write. */
+export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: Account } }> {
   refuseInvalidAccountInput(input);
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
-    const body = { data: await writeNewAccount(tx, input, requestId, now) };
+    const body = { data: await writeNewAccount(tx, input, origin, now) };
     await saveIdempotentResponse(tx, idempotency, 201, body, now);
     return { status: 201, body };
   });
@@ -218,13 +219,13 @@ export async function listAccountsPage(db: Database, query: Record<string, unkno
  * account is 404; a stored version that does not meet `condition` is 412, checked before the body
  * (RFC 9110 section 13.2.2), and nothing changes.
  */
-export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null, requestId: string | null): Promise<Account> {
+export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Account> {
   return rt.db.write(async (tx) => {
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
     refuseUnmetCondition(condition, "account", id, current.version);
     refuseInvalidAccountInput(input);
-    const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, requestId, await rt.db.changeClock.stamp(tx));
+    const change = await writeAccountChange(tx, current, { ...input, name: input.name ?? current.name }, origin, await rt.db.changeClock.stamp(tx));
     if ("errors" in change) throw validationProblem(change.errors);
     return change.account;
   });
@@ -241,17 +242,17 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
  * between the writes does, and a DELETE sent again finishes the job. A write after the first
  * refused for any reason ends it with PartlyDone, which says how many the writes before it unlinked.
  */
-export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
+export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<void> {
   await writeInSteps(rt.db, async (tx, first) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
     if (first) refuseUnmetCondition(condition, "account", id, current.version);
-    if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk, requestId)) === rt.unlinkChunk) return null;
+    if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk, origin)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "account", id });
     await insertTombstone(tx, "account", id, now, current.version + 1);
-    await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
+    await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
     return id;
   }, (committed) => `${committed * rt.unlinkChunk} of the account's contacts lost the link to it (each sends contact.updated)`);
 }

@@ -2,7 +2,7 @@ import { Elysia } from "elysia";
 import { clientAddress, clientHints } from "../http/client-address.ts";
 import { PUBLIC_PREFIX } from "../http/conventions.ts";
 import { heldOpenWhile } from "../http/idle-timer.ts";
-import { noteRateLimited, pathStart } from "../http/request-log.ts";
+import { noteRateLimited, noteToken, pathStart } from "../http/request-log.ts";
 import { requestSlot } from "../http/request-slot.ts";
 import { WRITE_METHODS } from "../limits/api-rates.ts";
 import type { Runtime } from "../runtime.ts";
@@ -46,6 +46,7 @@ export function authentication(rt: Runtime) {
     }
     Object.assign(set.headers, headers);
     authenticated.set(request, token);
+    noteToken(request, token.id);
     if (WRITE_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
   const refuse = ({ request, set }: Context, failure: string): never => {

@@ -2,7 +2,7 @@ import type { TProperties, TSchema } from "@sinclair/typebox";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { refuseEntityTags } from "../http/preconditions.ts";
 import { fingerprintSentBody, idempotentPost, type PostContext } from "../http/idempotent.ts";
-import { requestIdOf } from "../http/request-log.ts";
+import { originOf } from "../http/request-log.ts";
 import type { IdempotencyScope } from "../idempotency/service.ts";
 import { chargeExtraWrites } from "../auth/routes.ts";
 import type { Runtime } from "../runtime.ts";
@@ -24,7 +24,7 @@ export function batchPost<T, O extends object>(
   const handler = (ctx: PostContext & { body: { items: unknown[] } }) => {
     chargeExtraWrites(ctx.request, batchWrites(ctx.body.items.length) - 1);
     const { items, ...options } = ctx.body;
-    return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, items, options as O, scope, requestIdOf(ctx.request)));
+    return idempotentPost(rt.idempotency, ctx, (scope: IdempotencyScope | null) => runBatch(rt, kind, items, options as O, scope, originOf(ctx.request)));
   };
   const options = {
     body: batchInput(doc.item, doc.itemDescription, doc.options),

@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import type { Db } from "../db/sql.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { BATCH_ITEMS_PER_WRITE } from "../limits/limits.ts";
@@ -20,22 +21,22 @@ export function batchWrites(items: number): number {
 export interface BatchKind<T, O extends object = object> {
   /** itemErrors checks an item on its own (schema and limits), with pointers into the item */
   itemErrors: (item: unknown) => FieldError[];
-  /** upsert writes one valid item inside the batch's transaction; its events are made by the request `requestId` */
-  upsert: (db: Db, input: T, now: number, requestId: string | null, options: O) => Promise<BatchResult>;
+  /** upsert writes one valid item inside the batch's transaction; its events are made by the request `origin` */
+  upsert: (db: Db, input: T, now: number, origin: ChangeOrigin | null, options: O) => Promise<BatchResult>;
 }
 
 /**
  * runBatch checks every item, then upserts the valid ones in order, as `options` say, in one commit
  * with their events and the idempotent response (unless every item was refused); an invalid item
- * is refused alone, with pointers into the batch. Every event is made by the request `requestId`.
+ * is refused alone, with pointers into the batch. Every event is made by the request `origin`.
  */
-export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
+export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
     // One item after the other: each may see the ones before it.
     const data: BatchResult[] = [];
-    for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now, requestId, options)));
+    for (const [i, { input, errors }] of checked.entries()) data.push(itemResult(i, errors.length > 0 ? { status: "invalid", errors } : await kind.upsert(tx, input, now, origin, options)));
     const body = { data };
     // A batch whose every item was refused changed nothing: like any refused request it is not
     // kept, so the key runs the batch again once its items can succeed (the user created).

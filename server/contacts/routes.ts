@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { requestIdOf } from "../http/request-log.ts";
+import { originOf } from "../http/request-log.ts";
 import { ConditionHeaders, IdempotentConditionHeaders, ReadConditionHeaders, refuseEntityTags, tagged, taggedRead, versionCondition } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -38,7 +38,7 @@ export function contactRoutes(rt: Runtime) {
   return new Elysia({ name: "contacts", prefix: "/public/v1/contacts" })
     .use(bearerAuth())
     .post("", async ({ request, headers, token, body, set }) => {
-      const answer = await idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createContact(rt, body, scope, requestIdOf(request)));
+      const answer = await idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => createContact(rt, body, scope, originOf(request)));
       return (answer as unknown) instanceof Response ? answer : sendJson(set, toJsonText(answer));
     }, {
       body: ContactInput,
@@ -79,7 +79,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers), requestIdOf(request)) }), {
+    .patch("/:id", async ({ request, params, body, headers, set }) => tagged(set, { data: await updateContact(rt, params.id, body, versionCondition(headers), originOf(request)) }), {
       params: ContactId,
       body: ContactInput,
       transform: ({ body }) => storedText(body),
@@ -88,7 +88,7 @@ export function contactRoutes(rt: Runtime) {
       detail: { operationId: "updateContact", summary: "Update a contact", description: "Fields present replace the stored ones; null clears a field. A change sends contact.updated; a request that changes nothing sends no event. With If-Match, only a contact still at that version changes (else 412 with the current ETag).", tags, ...secured },
     })
     .delete("/:id", async ({ request, params, headers, set }) => {
-      await deleteContact(rt, params.id, versionCondition(headers), requestIdOf(request));
+      await deleteContact(rt, params.id, versionCondition(headers), originOf(request));
       set.status = 204;
     }, {
       params: ContactId,
@@ -96,7 +96,7 @@ export function contactRoutes(rt: Runtime) {
       response: { 204: t.Void(), ...problemResponses(401, 403, 404, 412, 422) },
       detail: { operationId: "deleteContact", summary: "Delete a contact", description: "Sends contact.deleted with the contact's id and deletion time; GET /contacts/deleted lists it. With If-Match, only a contact still at that version is deleted (else 412).", tags, ...secured },
     })
-    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope, requestIdOf(request)) } })), {
+    .post("/:id/accounts", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactAccount(rt, params.id, body.account_id, versionCondition(headers), scope, originOf(request)) } })), {
       params: ContactId,
       body: ContactAccountInput,
       transform: fingerprintSentBody,
@@ -110,7 +110,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/accounts/:accountId", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers), requestIdOf(request)) }), {
+    .delete("/:id/accounts/:accountId", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactAccount(rt, params.id, params.accountId, versionCondition(headers), originOf(request)) }), {
       params: ContactAccountId,
       headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },
@@ -122,7 +122,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope, requestIdOf(request)) } })), {
+    .post("/:id/tags", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, async (scope) => ({ status: 200, body: { data: await addContactTag(rt, params.id, body.tag, versionCondition(headers), scope, originOf(request)) } })), {
       params: ContactId,
       body: ContactTagInput,
       // The tag in the form stored (NFC), for the schema's limit to count it (as storedText): after the fingerprint of the body as sent.
@@ -142,7 +142,7 @@ export function contactRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .delete("/:id/tags/:tag", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers), requestIdOf(request)) }), {
+    .delete("/:id/tags/:tag", async ({ request, params, headers, set }) => tagged(set, { data: await removeContactTag(rt, params.id, params.tag, versionCondition(headers), originOf(request)) }), {
       params: ContactTag,
       headers: ConditionHeaders,
       response: { 200: ContactEnvelope, ...problemResponses(401, 403, 404, 412, 422) },

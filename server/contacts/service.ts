@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { applyPatch } from "../shared/patch.ts";
 import type { Database, Db, ReaderName } from "../db/sql.ts";
 import { ReadLaneFull } from "../db/slow-reads.ts";
@@ -276,8 +277,8 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
   return next;
 }
 
-/** writeNewContact inserts a contact, its relations and its contact.created event (made by the request `requestId`), or refuses one that names nobody; call it inside a write. */
-async function writeNewContact(db: Db, input: ContactInput, requestId: string | null, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+/** writeNewContact inserts a contact, its relations and its contact.created event (made by the request `origin`), or refuses one that names nobody; call it inside a write. */
+async function writeNewContact(db: Db, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
   input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
@@ -289,7 +290,7 @@ async function writeNewContact(db: Db, input: ContactInput, requestId: string | 
   // A new contact has no tag rows: the DELETE of replaceContactTags cost ~13 us of every create.
   await insertContactTags(db, row, input.tags ?? []);
   const contact = toContact(row);
-  await recordEvent(db, "contact.created", contact, requestId, now);
+  await recordEvent(db, "contact.created", contact, origin, now);
   return { contact };
 }
 
@@ -297,10 +298,10 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
 
 /**
  * writeContactChange applies a PATCH-like input to a stored contact; a change is written with its
- * contact.updated event (made by the request `requestId`), an input that changes nothing writes
+ * contact.updated event (made by the request `origin`), an input that changes nothing writes
  * nothing (updated_at stays, no event). Call it inside a write, after the relations are checked.
  */
-async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, requestId: string | null, now: number): Promise<ContactChange> {
+async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<ContactChange> {
   input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
@@ -319,18 +320,18 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
   if (input.assigned_user_ids !== undefined) await replaceContactAssignedUsers(db, current.id, input.assigned_user_ids ?? []);
   if (input.tags !== undefined) await replaceContactTags(db, row, input.tags ?? []);
   // Its event happened at its updated_at: a stamp a clock ahead left on the contact is kept (notBefore).
-  await recordEvent(db, "contact.updated", after, requestId, row.updated_at);
+  await recordEvent(db, "contact.updated", after, origin, row.updated_at);
   return { contact: after, changed: true };
 }
 
-/** createContact stores a contact, its relations, its contact.created event (made by the request `requestId`) and idempotent response in one commit. */
-export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ status: number; body: { data: Contact } }> {
+/** createContact stores a contact, its relations, its contact.created event (made by the request `origin`) and idempotent response in one commit. */
+export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, null);
     const now = await rt.db.changeClock.stamp(tx);
-    const made = await writeNewContact(tx, input, requestId, now);
+    const made = await writeNewContact(tx, input, origin, now);
     if ("errors" in made) throw validationProblem(made.errors);
     const body = { data: made.contact };
     await saveIdempotentResponse(tx, idempotency, 201, body, now);
@@ -339,7 +340,7 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
 }
 
 /** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
-export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
+export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
@@ -348,7 +349,7 @@ export async function updateContact(rt: Runtime, id: string, input: ContactInput
     refuseInvalidFields(input);
     await refuseUnknownRelations(tx, input);
     await refuseTakenExternalId(tx, input, id);
-    const change = await writeContactChange(tx, current, input, requestId, await rt.db.changeClock.stamp(tx));
+    const change = await writeContactChange(tx, current, input, origin, await rt.db.changeClock.stamp(tx));
     if ("errors" in change) throw validationProblem(change.errors);
     return change.contact;
   });
@@ -392,18 +393,18 @@ function withCustomFieldsMerged(row: ContactRow, input: ContactInput): { input: 
 }
 
 /** upsertContact writes one valid batch item: created, updated (its custom fields merged when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
-async function upsertContact(db: Db, input: ContactInput, now: number, requestId: string | null, options: ContactBatchOptions): Promise<BatchResult> {
+async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin | null, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = await unknownRelationErrors(db, input);
   if (relationErrors.length > 0) return { status: "invalid", errors: relationErrors };
   if (!match.row) {
-    const made = await writeNewContact(db, input, requestId, now);
+    const made = await writeNewContact(db, input, origin, now);
     return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
   }
   const update = options.merge_custom_fields ? withCustomFieldsMerged(match.row, input) : { input };
   if ("errors" in update) return { status: "invalid", errors: update.errors };
-  const change = await writeContactChange(db, match.row, update.input, requestId, now);
+  const change = await writeContactChange(db, match.row, update.input, origin, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };
   return { status: change.changed ? "updated" : "unchanged", id: match.row.id };
 }
@@ -412,7 +413,7 @@ async function upsertContact(db: Db, input: ContactInput, now: number, requestId
 export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
 /** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
-export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, requestId: string | null): Promise<void> {
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findContactById(tx, id);
@@ -421,7 +422,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "contact", id });
     await insertTombstone(tx, "contact", id, now, current.version + 1);
-    await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, requestId, now);
+    await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
   });
 }
 
@@ -437,7 +438,7 @@ async function changeRelation(
   condition: VersionCondition | null,
   change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>,
   idempotency: IdempotencyScope | null,
-  requestId: string | null,
+  origin: ChangeOrigin | null,
 ): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, contactId);
@@ -445,7 +446,7 @@ async function changeRelation(
     refuseUnmetCondition(condition, "contact", contactId, current.version);
     const now = await rt.db.changeClock.stamp(tx);
     const input = await change(current, tx);
-    const result = input ? await writeContactChange(tx, current, input, requestId, now) : { contact: toContact(current), changed: false };
+    const result = input ? await writeContactChange(tx, current, input, origin, now) : { contact: toContact(current), changed: false };
     if ("errors" in result) throw validationProblem(result.errors);
     await saveIdempotentResponse(tx, idempotency, 200, { data: result.contact }, now);
     return result.contact;
@@ -453,41 +454,41 @@ async function changeRelation(
 }
 
 /** addContactAccount links a contact to one more account (last in account_ids), if its version meets `condition` (else 412); linking it again changes nothing. */
-export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, requestId: string | null): Promise<Contact> {
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
     if ((await findAccountsByIds(tx, [accountId])).size === 0) throw validationProblem([{ pointer: "/account_id", detail: `no account with id ${accountId} exists` }], "The account does not exist.");
     if (ids.length >= MAX_RELATED_IDS) throw validationProblem([{ pointer: "/account_id", detail: `the contact already has ${MAX_RELATED_IDS} accounts, the limit` }], "Too many accounts.");
     return { account_ids: [...ids, accountId] };
-  }, idempotency, requestId);
+  }, idempotency, origin);
 }
 
 /** removeContactAccount unlinks a contact from an account, if its version meets `condition` (else 412); an account it is not linked to changes nothing. */
-export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
-  }, null, requestId);
+  }, null, origin);
 }
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
-export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, requestId: string | null): Promise<Contact> {
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
     if (tags.length >= MAX_TAGS) throw validationProblem([{ pointer: "/tag", detail: `the contact already has ${MAX_TAGS} tags, the limit` }], "Too many tags.");
     return { tags: [...tags, tag] };
-  }, idempotency, requestId);
+  }, idempotency, origin);
 }
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
-export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, requestId: string | null): Promise<Contact> {
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
   tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     return tags.includes(tag) ? { tags: tags.filter((t) => t !== tag) } : null;
-  }, null, requestId);
+  }, null, origin);
 }
 
 /**
@@ -511,9 +512,9 @@ const contactChange = (row: ContactRow) => ({ data: toContact(row), happenedAt: 
  * (unlinkAccountFromContacts counts each one's version up as writeContactChange does). Returns how
  * many it unlinked: fewer than `chunk` leaves none linked.
  */
-export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
+export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
   const changed = await unlinkAccountFromContacts(db, accountId, await findContactsLinkedToAccount(db, accountId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(contactChange), requestId);
+  await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;
 }
 
@@ -523,9 +524,9 @@ export async function detachAccountFromContacts(db: Db, accountId: string, now: 
  * account's links: each gets a new version and updated_at and one contact.updated. Returns how
  * many contacts it changed: fewer than `chunk` leaves none assigned.
  */
-export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, requestId: string | null): Promise<number> {
+export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
   const changed = await unassignUserFromContacts(db, userId, await findContactsAssignedToUser(db, userId, chunk), now);
-  await recordEvents(db, "contact.updated", changed.map(contactChange), requestId);
+  await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;
 }
 

@@ -1,11 +1,14 @@
 import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
 import type { Logger } from "../shared/log.ts";
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { requestSlot } from "./request-slot.ts";
 
 interface RequestInfo {
   id: string;
   started: number;
+  /** the id of the API token the request was admitted with (noteToken); none: a console request, or one refused */
+  tokenId?: string;
   /** the type (slug) of the problem the request is answered with, if it is one (noteProblem) */
   problem?: string;
   /** whose rate budget refused the request, if one did (noteRateLimited) */
@@ -81,6 +84,18 @@ export function requestIdOf(request: Request): string {
   return requestInfo.get(request)?.id ?? "unknown";
 }
 
+/** noteToken records the id of the API token a request was admitted with, for its log line and the events it makes (originOf). */
+export function noteToken(request: Request, tokenId: string): void {
+  const info = requestInfo.get(request);
+  if (info) info.tokenId = tokenId;
+}
+
+/** originOf returns what made a change on a request's behalf: its id and its API token's (null: a console request). */
+export function originOf(request: Request): ChangeOrigin {
+  const info = requestInfo.get(request);
+  return { requestId: info?.id ?? "unknown", tokenId: info?.tokenId ?? null };
+}
+
 /** noteProblem records the type (slug) of the problem a request is answered with, for its log line and the route it is counted under. */
 export function noteProblem(request: Request, slug: string): void {
   const info = requestInfo.get(request);
@@ -109,6 +124,8 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
     // At info the probes' lines would bury every other line.
     log[status < 400 && isOpsPath(path) ? "debug" : "info"]("request", {
       request_id: info?.id,
+      // Which integration sent it: the id names the token on the console's Tokens page, never the token itself.
+      token_id: info?.tokenId,
       method: request.method,
       path,
       status,

@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { listTokens, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from "../auth/service.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Subscription } from "../webhooks/model.ts";
@@ -36,13 +37,13 @@ export interface Removal {
  * dropOperatorWith removes operator `id` inside the caller's write (dropOperator: their sessions,
  * the links for them and by them) and, in the same write, as chosen, revokes the API tokens they
  * made and disables the subscriptions they made or created with one of those tokens, each
- * subscription.disabled made by request `requestId` (null: a command, not a request). Call
+ * subscription.disabled made by request `origin` (null: a command, not a request). Call
  * operatorRemoved with what it returns once the write has committed.
  */
-export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, requestId: string | null, now: number): Promise<Removal> {
+export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, origin: ChangeOrigin | null, now: number): Promise<Removal> {
   const operator = await dropOperator(tx, id);
   const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
-  const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, requestId, now) : [];
+  const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, origin, now) : [];
   return { operator, tokens_revoked: revoked, subscriptions_disabled: disabled };
 }
 

@@ -6,6 +6,16 @@
  */
 export type MadeBy = { kind: "operator"; id: string; email: string } | { kind: "command_line" } | { kind: "api_token"; id: string };
 
+/**
+ * ChangeOrigin is the request that made a change, kept on its event (migrations 0041, 0050): its
+ * id, and the id of the API token that sent it (null: a console form's request). A change no
+ * request made (the command line's, the delivery loop's) has none: null.
+ */
+export interface ChangeOrigin {
+  requestId: string;
+  tokenId: string | null;
+}
+
 /** MadeByColumns are the columns a MadeBy is stored in, on api_tokens and webhook_subscriptions. */
 export interface MadeByColumns {
   created_by: string | null;

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { requestIdOf } from "../http/request-log.ts";
+import { originOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -49,7 +49,7 @@ export function userRoutes(rt: Runtime) {
       detail: { operationId: "updateUser", summary: "Update a user", description: "Fields present replace the stored ones; the email stays unique (409 when taken).", tags, ...secured },
     })
     .delete("/:id", async ({ request, params, set }) => {
-      await deleteUser(rt.db, params.id, rt.unlinkChunk, requestIdOf(request));
+      await deleteUser(rt.db, params.id, rt.unlinkChunk, originOf(request));
       set.status = 204;
     }, {
       params: UserId,

@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import { notFound, ProblemError } from "../shared/problem.ts";
 import { saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
@@ -82,15 +83,15 @@ export interface DeletedUser {
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
  * crash between the writes, which a delete sent again finishes; a write after the first refused
  * for any reason ends it with PartlyDone, which says how many the writes before it changed. Takes the Database, not the
- * Runtime: the command line deletes too, its events made by no request (`requestId` null).
+ * Runtime: the command line deletes too, its events made by no request (`origin` null).
  */
-export function deleteUser(db: Database, id: string, chunk: number, requestId: string | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
+export function deleteUser(db: Database, id: string, chunk: number, origin: ChangeOrigin | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
   let unassigned = 0;
   return writeInSteps(db, async (tx) => {
     const now = await db.changeClock.stamp(tx);
     const current = await findUserById(tx, id);
     if (!current) throw notFound("user", id);
-    const changed = await detachUserFromContacts(tx, id, now, chunk, requestId);
+    const changed = await detachUserFromContacts(tx, id, now, chunk, origin);
     // Counted as the step runs: a step that fails ends the delete, so no count outlives its rollback.
     unassigned += changed;
     if (changed === chunk) return null;

@@ -1,3 +1,4 @@
+import type { ChangeOrigin } from "../shared/made-by.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
 import { HOUR_MS, toTimestamp } from "../shared/time.ts";
@@ -81,10 +82,10 @@ export async function failEveryStoppedDelivery(db: Database, chunk: number, fail
 /**
  * disableWithEvent disables an active subscription, counts its pending deliveries (failed by
  * failStoppedDeliveries once the write has committed, bar those an attempt under way ends first) and records a subscription.disabled event
- * for the subscriptions that want to hear of it, made by request `requestId` (null: the delivery
+ * for the subscriptions that want to hear of it, made by request `origin` (null: the delivery
  * loop's own), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, requestId: string | null): Promise<number> {
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin | null): Promise<number> {
   await disableSubscription(db, subscription.id, reason, now);
   const failed = await countPendingDeliveriesOf(db, subscription.id);
   await recordEvent(
@@ -99,7 +100,7 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
       failing_since: subscription.failing_since === null ? null : toTimestamp(subscription.failing_since),
       pending_deliveries_failed: failed,
     },
-    requestId,
+    origin,
     now,
   );
   return failed;

@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { requestIdOf } from "../http/request-log.ts";
+import { originOf, requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -132,7 +132,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: { operationId: "deleteWebhookSubscription", summary: "Delete a webhook subscription", description: "Nothing more is sent to it; its pending deliveries end as failed. Its delivery history stays readable.", tags: subscriptionTags, ...secured },
     })
     .post("/webhook-subscriptions/:subscriptionId/test", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope, requestIdOf(ctx.request)) } })), {
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 202, body: { data: await sendTestEvent(rt, ctx.params.subscriptionId, scope, originOf(ctx.request)) } })), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,

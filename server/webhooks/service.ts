@@ -7,7 +7,7 @@ import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdemp
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { madeByColumns, type MadeBy } from "../shared/made-by.ts";
+import { madeByColumns, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
 import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
@@ -337,10 +337,10 @@ export interface DisabledWithMaker {
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
  * active subscription operator `operatorId` made or that was created with an API token they made, each with
- * its subscription.disabled event made by request `requestId` (null: `crm operator remove`, a command); call subscriptionsDisabled with
+ * its subscription.disabled event made by request `origin` (null: `crm operator remove`, a command); call subscriptionsDisabled with
  * what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, requestId: string | null, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, origin: ChangeOrigin | null, now: number): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
   for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
@@ -348,7 +348,7 @@ export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, req
     // Named by no one: every API token reads the reason, and receivers outside get it in
     // subscription.disabled; the console's "Made by" says who, to operators only.
     const reason = `${MAKER_REMOVED_REASON} ${made} was removed from the console; enable it if it is still wanted`;
-    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, requestId) });
+    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, origin) });
   }
   return disabled;
 }
@@ -670,22 +670,22 @@ export function webhooksDocument(): Record<string, unknown> {
   );
 }
 
-/** sendTestEvent writes a webhook.ping event, made by the request `requestId`, with one delivery to this subscription only; the loop sends it ahead of the subscription's backlog (recordPing). */
-export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, requestId: string | null): Promise<{ delivery_id: string; event_id: string }> {
+/** sendTestEvent writes a webhook.ping event, made by the request `origin`, with one delivery to this subscription only; the loop sends it ahead of the subscription's backlog (recordPing). */
+export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ delivery_id: string; event_id: string }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, subscriptionId);
     if (!row) throw notFound("webhook subscription", subscriptionId);
-    const sent = await addTestEvent(tx, row, requestId, now);
+    const sent = await addTestEvent(tx, row, origin, now);
     await saveIdempotentResponse(tx, idempotency, 202, { data: sent }, now);
     return sent;
   });
 }
 
 /** addTestEvent is sendTestEvent's part inside a write, so the caller's write commits the ping with whatever else it records. */
-export async function addTestEvent(tx: Db, row: SubscriptionRow, requestId: string | null, now: number): Promise<{ delivery_id: string; event_id: string }> {
+export async function addTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeOrigin | null, now: number): Promise<{ delivery_id: string; event_id: string }> {
   if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.id} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${row.id}/enable.`);
-  return recordPing(tx, row, requestId, now);
+  return recordPing(tx, row, origin, now);
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, request_id, status, created_after. */
@@ -867,6 +867,8 @@ export interface WebhookEvent {
   payload_erased_at: string | null;
   /** the contact or account it is about (the id in its data, kept by an erasure), or null */
   subject_id: string | null;
+  /** the API token whose request made it (the console's "Made by"; the API leaves it out); null: no API request, or before migration 0050 */
+  token_id: string | null;
   deliveries: Delivery[];
 }
 
@@ -874,7 +876,7 @@ async function toWebhookEvents(db: Db, rows: StoredEvent[]): Promise<WebhookEven
   const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
   return rows.map((row) => {
     const subject = (JSON.parse(row.payload) as { data?: { id?: unknown } } | null)?.data?.id;
-    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, deliveries: deliveries.get(row.id) ?? [] };
+    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, token_id: row.token_id, deliveries: deliveries.get(row.id) ?? [] };
   });
 }
 

@@ -13,6 +13,8 @@ export type EventRow = {
   payload: string;
   /** the id of the request whose change made the event; null for one no request made, and those recorded before migration 0041 */
   request_id: string | null;
+  /** the id of the API token that sent that request; null for a console form's, no request's, and those recorded before migration 0050 */
+  token_id: string | null;
   created_at: number;
 }
 
@@ -160,7 +162,7 @@ function rowsInserter<T>(table: string, columns: string[], values: (row: T) => S
   };
 }
 
-const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "request_id", "created_at"], (row) => [row.id, row.type, row.payload, row.request_id, row.created_at]);
+const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "request_id", "token_id", "created_at"], (row) => [row.id, row.type, row.payload, row.request_id, row.token_id, row.created_at]);
 
 /** insertEvent stores one outbox event. */
 export async function insertEvent(db: Db, row: EventRow): Promise<void> {
@@ -1156,12 +1158,12 @@ export type StoredEvent = EventRow & { erased_at: number | null };
 
 /** findEventById returns one event, or null. */
 export function findEventById(db: Db, id: string): Promise<StoredEvent | null> {
-  return db.get<StoredEvent>("SELECT id, type, payload, request_id, erased_at, created_at FROM events WHERE id = ?", [id]);
+  return db.get<StoredEvent>("SELECT id, type, payload, request_id, token_id, erased_at, created_at FROM events WHERE id = ?", [id]);
 }
 
 /** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
 export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<StoredEvent[]> {
-  return db.all<StoredEvent>("SELECT id, type, payload, request_id, erased_at, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+  return db.all<StoredEvent>("SELECT id, type, payload, request_id, token_id, erased_at, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
 }
 
 /** hasEventsAbout tells whether any event is about a contact or account (the id in its data). */

@@ -247,7 +247,7 @@ describe("rotation wizard", () => {
       await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations FOR EACH ROW EXECUTE FUNCTION refuse_rotation_test()");
     }
     try {
-      await expect(sendRotationTest(runtime, session, id, crypto.randomUUID(), "req_test")).rejects.toThrow("refused");
+      await expect(sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", tokenId: null })).rejects.toThrow("refused");
     } finally {
       await db.run(db.dialect === "sqlite" ? "DROP TRIGGER refuse_rotation_test" : "DROP TRIGGER refuse_rotation_test ON subscription_rotations");
       if (db.dialect === "postgres") await db.run("DROP FUNCTION refuse_rotation_test()");
@@ -255,7 +255,7 @@ describe("rotation wizard", () => {
     expect(await db.all("SELECT event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
     expect((await rotationView(db, id)).test).toBeNull();
 
-    await sendRotationTest(runtime, session, id, crypto.randomUUID(), "req_test");
+    await sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", tokenId: null });
     const view = await rotationView(db, id);
     expect(await db.all("SELECT id, event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([{ id: view.test!.id, event_type: "webhook.ping" }]);
   });

@@ -32,15 +32,16 @@ describe("log lines", () => {
 });
 
 describe("request log: happy paths", () => {
-  test("one JSON line per request with method, path, status, duration and request id", async () => {
+  test("one JSON line per request with method, path, status, duration, request id and the API token's id", async () => {
     const { app, lines } = loggedApp(h);
+    const token = await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = 'test'");
     const created = await call(app, "POST", "/public/v1/contacts", { headers: auth(), body: { first_name: "Ada" } });
     const listed = await call(app, "GET", "/public/v1/contacts?per_page=5", { headers: auth() });
     await loggedRequests(lines, 2);
     const requests = lines.filter((l) => l.msg === "request");
     expect(requests).toEqual([
-      { time: expect.any(String), level: "info", msg: "request", request_id: created.headers.get("x-request-id"), method: "POST", path: "/public/v1/contacts", status: 201, duration_ms: expect.any(Number) },
-      { time: expect.any(String), level: "info", msg: "request", request_id: listed.headers.get("x-request-id"), method: "GET", path: "/public/v1/contacts", status: 200, duration_ms: expect.any(Number) },
+      { time: expect.any(String), level: "info", msg: "request", request_id: created.headers.get("x-request-id"), token_id: token!.id, method: "POST", path: "/public/v1/contacts", status: 201, duration_ms: expect.any(Number) },
+      { time: expect.any(String), level: "info", msg: "request", request_id: listed.headers.get("x-request-id"), token_id: token!.id, method: "GET", path: "/public/v1/contacts", status: 200, duration_ms: expect.any(Number) },
     ]);
     for (const line of requests) expect(line.duration_ms).toBeGreaterThanOrEqual(0);
   });

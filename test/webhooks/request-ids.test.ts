@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
+import { createApiToken } from "../../server/auth/service.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { deleteUser } from "../../server/users/service.ts";
 import { addStoredDeliveries, addStoredSubscription, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // Every event records the id of the request whose change made it (its answer's X-Request-Id), and
@@ -157,5 +159,29 @@ describe("the request that made an event", () => {
       duration_ms: expect.any(Number),
       delivery_status: "succeeded",
     });
+  });
+
+  test("each event records the id of the API token whose request made it (never the token), the request's log line names it, and a change no request made records none", async () => {
+    const lines: Record<string, unknown>[] = [];
+    h = await scope.harness({}, { log: createLogger("info", (line) => lines.push(JSON.parse(line))) });
+    const zapier = await createApiToken(h.rt.db, "zapier-sync");
+    const own = await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = 'test'");
+    const created = await send("POST", "/public/v1/contacts", "hs-sync-7781", { first_name: "Ada" });
+    const id = created.body.data.id;
+    const deleted = await h.json("DELETE", `/public/v1/contacts/${id}`, { headers: { authorization: `Bearer ${zapier.token}`, "x-request-id": "nightly-cleanup-42" } });
+    expect(deleted.status).toBe(204);
+    const events = await h.rt.db.all<{ type: string; request_id: string | null; token_id: string | null }>("SELECT type, request_id, token_id FROM events ORDER BY created_at, id");
+    expect(events).toEqual([
+      { type: "contact.created", request_id: "hs-sync-7781", token_id: own!.id },
+      { type: "contact.deleted", request_id: "nightly-cleanup-42", token_id: zapier.info.id },
+    ]);
+    expect(JSON.stringify(await h.rt.db.all("SELECT * FROM events"))).not.toContain(zapier.token);
+    const line = await waitFor(() => lines.find((l) => l.msg === "request" && l.method === "DELETE"), "the DELETE's log line");
+    expect(line).toEqual({ time: expect.any(String), level: "info", msg: "request", request_id: "nightly-cleanup-42", token_id: zapier.info.id, method: "DELETE", path: `/public/v1/contacts/${id}`, status: 204, duration_ms: expect.any(Number) });
+    // The command line's user delete (crm user delete) is made by no request: no token either.
+    const user = await send("POST", "/public/v1/users", null, { email: "owner@example.com", name: "Owner" });
+    await send("POST", "/public/v1/contacts", null, { first_name: "Grace", assigned_user_id: user.body.data.id });
+    await deleteUser(h.rt.db, user.body.data.id, 100, null);
+    expect(await h.rt.db.get("SELECT request_id, token_id FROM events WHERE type = 'contact.updated'")).toEqual({ request_id: null, token_id: null });
   });
 });

@@ -211,7 +211,7 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
 export async function addStoredDeliveries(db: Db, subscriptionId: string, createdAt: number, status: DeliveryRow["status"], count = 1, eventType = "contact.created"): Promise<void> {
   for (let i = 0; i < count; i++) {
     const eventId = newId("evt");
-    await insertEvent(db, { id: eventId, type: eventType, payload: "{}", request_id: null, created_at: createdAt });
+    await insertEvent(db, { id: eventId, type: eventType, payload: "{}", request_id: null, token_id: null, created_at: createdAt });
     const id = newId("dlv");
     await insertDelivery(db, { id, event_id: eventId, event_type: eventType, subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt });
     if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, recovered_at: null, updated_at: createdAt });
