@@ -126,7 +126,9 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
         const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
         // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
         // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
-        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
+        // A row's company is one of the contact's accounts: the others (linked elsewhere, or by an
+        // earlier row of the same person) stay, added to in the batch's own write, not read and resent.
+        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true, add_account_ids: true });
         answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
         if (answer.replayed) replayed += sendable.length;
       }
