@@ -112,7 +112,10 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     accountsNote = `accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`;
     if (accounts.size > 0) progress.note(accountsNote);
     // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
-    // creating again a row that no email or external id matches.
+    // creating again a row that no email or external id matches. Its body also holds the id its
+    // account got in this run, the one part not from the file: another once the trial's account
+    // was deleted (or merged away). The key names that id, so such a row is a new request, not a
+    // body changed under its key, which the server refuses as if the file had changed.
     const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
     let n = -1;
     for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
@@ -123,7 +126,9 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
         countNotDomain(notDomains, entry.row);
       }
       if (sendable.length > 0) {
-        const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+        const range = `rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+        const first = sendable[0]!;
+        const key = n === 0 ? `${trialKeyPrefix}-${range}${first.accountId ? `-${first.accountId}` : ""}` : `${keyPrefix}-${range}`;
         // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
         // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
         // A row's company is one of the contact's accounts: the others (linked elsewhere, or by an
@@ -203,7 +208,7 @@ function localErrors(row: ImportRow, map: ColumnMap): string[] {
   ];
 }
 
-type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };
+type PreparedRow = { row: ImportRow; item: unknown; accountId: string | null } | { row: ImportRow; errors: string[] };
 
 /**
  * preparedRows gives each row the id of its account, or makes it invalid: refused locally
@@ -226,7 +231,7 @@ function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountO
     }
     const item = account ? { ...row.contact, account_ids: [account.id] } : row.contact;
     const refusal = bodyRefusal(item);
-    yield refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item };
+    yield refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item, accountId: account?.id ?? null };
   }
 }
 

@@ -393,6 +393,25 @@ describe("crm import contacts: accounts", () => {
     const bo = (await api("GET", "/public/v1/contacts?email=bo@x.example&include=accounts")).body.data;
     expect(bo.map((c: { accounts: { name: string }[] }) => c.accounts.map((a) => a.name))).toEqual([["Acme", "Globex"]]);
   }, 60_000);
+
+  test("--trial, its contact and account deleted, then the whole file: every row is imported (the first under a key of its own), and running it again replays it all", async () => {
+    const file = join(server.dir, "acme-staff.csv");
+    writeFileSync(file, "Email,First Name,Company,Website\nada@acme.example,Ada,Acme,acme.example\nbob@acme.example,Bob,Acme,acme.example\ncy@acme.example,Cy,Acme,acme.example\n");
+    expect((await runImport([file, "--trial", ...apiArgs()])).stdout).toBe("trial, one row sent: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n");
+    const [contact] = (await api("GET", "/public/v1/contacts")).body.data;
+    const [account] = (await api("GET", "/public/v1/accounts")).body.data;
+    expect([(await api("DELETE", `/public/v1/contacts/${contact.id}`)).status, (await api("DELETE", `/public/v1/accounts/${account.id}`)).status]).toEqual([204, 204]);
+    const whole = await runImport([file, ...apiArgs()]);
+    expect([whole.code, whole.stdout, replayNotes(whole.stderr)]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n", []]);
+    expect(await contactAccounts()).toEqual(["ada", "bob", "cy"].map((name) => ({ email: `${name}@acme.example`, name: "Acme", domain: "acme.example" })));
+    const again = await runImport([file, ...apiArgs()]);
+    expect([again.code, again.stdout, replayNotes(again.stderr)]).toEqual([
+      0,
+      "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n",
+      ["3 rows were answered from an earlier run of this file or its --trial (within 24 h): their counts are that run's, and nothing was applied again"],
+    ]);
+    expect([await server.count(), await server.count("accounts")]).toEqual([3, 1]);
+  }, 60_000);
 });
 
 describe("crm import contacts: rows refused locally", () => {
