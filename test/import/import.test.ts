@@ -412,6 +412,20 @@ describe("crm import contacts: accounts", () => {
     ]);
     expect([await server.count(), await server.count("accounts")]).toEqual([3, 1]);
   }, 60_000);
+
+  test("a placeholder company (N/A, -, none) is no company, said on stderr by row, --dry-run too: no account groups those rows; a website beside it still names one", async () => {
+    const csv = "Email,First Name,Company,Website\nann@a.example,Ann,N/A,\nben@b.example,Ben,N/A,\ncat@c.example,Cat,-,\ndan@d.example,Dan,none,dan.example\neve@e.example,Eve,Eve Ltd,\n";
+    const note = 'Company: 4 values are a placeholder, each read as no company: row 1 "N/A", row 2 "N/A", row 3 "-", row 4 "none"\n';
+    const dry = await importText("leads.csv", csv, "--dry-run");
+    expect([dry.code, dry.stderr.split("\n").slice(1).join("\n")]).toEqual([0, note]);
+    const res = await importText("leads.csv", csv);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 5 rows: created 5, updated 0, unchanged 0, invalid 0\n"]);
+    expect(res.stderr).toEndWith(note);
+    expect(await contactAccounts()).toEqual([
+      { email: "dan@d.example", name: "dan.example", domain: "dan.example" },
+      { email: "eve@e.example", name: "Eve Ltd", domain: null },
+    ]);
+  }, 60_000);
 });
 
 describe("crm import contacts: rows refused locally", () => {
