@@ -392,7 +392,22 @@ function withCustomFieldsMerged(row: ContactRow, input: ContactInput): { input: 
   return errors.length > 0 ? { errors } : { input: { ...input, custom_fields: merged } };
 }
 
-/** upsertContact writes one valid batch item: created, updated (its custom fields merged when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
+/**
+ * withAccountsAdded turns an item that updates `row` into the PATCH-like input whose account_ids are
+ * the row's with the item's not yet linked after them, or the limit the union breaks: an importer
+ * naming a contact's company then keeps the accounts linked elsewhere. An item without an
+ * account_ids list (none, or null to clear them) is taken as it is.
+ */
+function withAccountsAdded(row: ContactRow, input: ContactInput): { input: ContactInput } | { errors: FieldError[] } {
+  const named = input.account_ids;
+  if (!Array.isArray(named)) return { input };
+  const linked = idList(row.account_ids);
+  const added = [...linked, ...named.filter((id) => !linked.includes(id))];
+  if (added.length > MAX_RELATED_IDS) return { errors: [{ pointer: "/account_ids", detail: `with the contact's other accounts kept, would be ${added.length} accounts; the limit is ${MAX_RELATED_IDS}` }] };
+  return { input: { ...input, account_ids: added } };
+}
+
+/** upsertContact writes one valid batch item: created, updated (its custom fields merged and its accounts added when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
 async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin | null, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
@@ -402,7 +417,9 @@ async function upsertContact(db: Db, input: ContactInput, now: number, origin: C
     const made = await writeNewContact(db, input, origin, now);
     return "errors" in made ? { status: "invalid", errors: made.errors } : { status: "created", id: made.contact.id };
   }
-  const update = options.merge_custom_fields ? withCustomFieldsMerged(match.row, input) : { input };
+  const merged = options.merge_custom_fields ? withCustomFieldsMerged(match.row, input) : { input };
+  if ("errors" in merged) return { status: "invalid", errors: merged.errors };
+  const update = options.add_account_ids ? withAccountsAdded(match.row, merged.input) : merged;
   if ("errors" in update) return { status: "invalid", errors: update.errors };
   const change = await writeContactChange(db, match.row, update.input, origin, now);
   if ("errors" in change) return { status: "invalid", errors: change.errors };

@@ -104,7 +104,7 @@ export class BatchClient {
       }
       if (response.status === 422 && answer?.type === "urn:crm:problem:idempotency-key-reused") {
         // Batch keys come from the file's name, size and mapping: the same command would be refused
-        // again. An older importer sent the same keys with other bodies (no merge_custom_fields).
+        // again. An older importer sent the same keys with other bodies (no merge_custom_fields or add_account_ids).
         throw new ImportError(
           `${path} answered 422 idempotency-key-reused: the file changed since an earlier import of a file with its name and size (in the last 24 h), or that import was begun by an older crm; give a changed file a new name and import it again, and finish an older crm's import with that crm`,
           false,

@@ -354,6 +354,8 @@ export interface ImportRow {
   account: { name: string; domain?: string } | null;
   /** the website cell as written when it names no host (bareDomain): read as no website, and the import says so */
   notDomain?: string;
+  /** the company cell as written when it is a placeholder (PLACEHOLDER): read as no company, and the import says so */
+  noCompany?: string;
   /** errors that make the row invalid before it is sent (SourceRow.refused) */
   refusal?: FieldError[];
 }
@@ -361,20 +363,21 @@ export interface ImportRow {
 const text = (value: unknown) => (typeof value === "string" ? value.trim() : value === null || value === undefined ? "" : String(value));
 
 /**
- * NO_WEBSITE matches what spreadsheets write where a company has no website. Read as a domain ("N/A"
- * becomes "n"), it would make every company so marked one account, named after the first of them.
+ * PLACEHOLDER matches what spreadsheets write where a value is missing: a company's website, or the
+ * company itself. Read as a domain ("N/A" becomes "n") or a name, it would make every row so marked
+ * one account, grouping strangers as colleagues.
  */
-const NO_WEBSITE = /^(n\/?a|none|null|nil|unknown|tbd|-+|\?+)$/i;
+const PLACEHOLDER = /^(n\/?a|none|null|nil|unknown|tbd|-+|\?+)$/i;
 
 /**
  * bareDomain turns a website into a domain as the API stores it (https://www.Acme.com:443/about ->
- * www.acme.com, https://www.müller.de -> www.xn--mller-kva.de), "" for a placeholder (NO_WEBSITE),
+ * www.acme.com, https://www.müller.de -> www.xn--mller-kva.de), "" for a placeholder (PLACEHOLDER),
  * null for a value that names no host (hostName: "...", "acme .com", "kein"). Such a value is a
  * spreadsheet's "none" or a typo: sent, it failed the whole row over a field the company's name
  * stands in for; taken as a domain (dots alone were), it made every company so marked one.
  */
 function bareDomain(value: string): string | null {
-  if (NO_WEBSITE.test(value)) return "";
+  if (PLACEHOLDER.test(value)) return "";
   const host = value.replace(/^[a-z][a-z0-9+.-]*:\/\//i, "").replace(/[/?#].*$/, "").replace(/:\d*$/, "");
   return hostName(host);
 }
@@ -384,13 +387,17 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
   const contact: Record<string, unknown> = {};
   const account: { name?: string; domain?: string } = {};
   let notDomain: string | undefined;
+  let noCompany: string | undefined;
   for (const [column, target] of map) {
     const raw = source.values[column];
     if (raw === undefined || raw === null || text(raw) === "") continue;
     // A cell listing a tag twice ("vip; vip") means the tag once; the API refuses a repeated one.
     if (target === "tags") contact.tags = Array.isArray(raw) ? raw : [...new Set(text(raw).split(/[;|,]/).map((t) => t.trim()).filter((t) => t !== ""))];
     else if (target.startsWith("custom_fields.")) ((contact.custom_fields ??= {}) as Record<string, unknown>)[target.slice("custom_fields.".length)] = typeof raw === "string" ? raw.trim() : raw;
-    else if (target === "account.name") account.name = text(raw);
+    else if (target === "account.name") {
+      if (PLACEHOLDER.test(text(raw))) noCompany = text(raw);
+      else account.name = text(raw);
+    }
     else if (target === "account.domain") {
       const domain = bareDomain(text(raw));
       if (domain === null) notDomain = text(raw);
@@ -406,6 +413,7 @@ export function toImportRow(source: SourceRow, map: ColumnMap): ImportRow {
     contact,
     account: name ? { name, ...(account.domain ? { domain: account.domain } : {}) } : null,
     ...(notDomain !== undefined ? { notDomain } : {}),
+    ...(noCompany !== undefined ? { noCompany } : {}),
     ...(source.refused ? { refusal: source.refused.errors } : {}),
   };
 }

@@ -81,14 +81,14 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const invalid: InvalidRow[] = [];
   const summary: ImportSummary = { rows: rowCount, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
-  const notDomains: NotDomains = { count: 0, named: [] };
+  const readAsNone = new ReadAsNone();
   if (options.dryRun) {
     for (const row of rows()) {
       const errors = localErrors(row, map);
       if (errors.length > 0) invalid.push({ row: row.row, errors });
-      countNotDomain(notDomains, row);
+      readAsNone.count(row);
     }
-    if (notDomains.count > 0) note(notDomainsNote(map, notDomains));
+    for (const line of readAsNone.notes(map)) note(line);
     return finish(invalidFile, source, invalid, { ...summary, valid: rowCount - invalid.length, invalid: invalid.length });
   }
 
@@ -112,7 +112,10 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     accountsNote = `accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`;
     if (accounts.size > 0) progress.note(accountsNote);
     // The first row goes alone under the trial's key: after a --trial, the run replays it instead of
-    // creating again a row that no email or external id matches.
+    // creating again a row that no email or external id matches. Its body also holds the id its
+    // account got in this run, the one part not from the file: another once the trial's account
+    // was deleted (or merged away). The key names that id, so such a row is a new request, not a
+    // body changed under its key, which the server refuses as if the file had changed.
     const trialKeyPrefix = options.trial ? keyPrefix : `${keyPrefix}-trial`;
     let n = -1;
     for (const chunk of firstAloneThenBatches(preparedRows(rows(), accounts, map), (entry) => ("item" in entry ? JSON.stringify(entry.item) : ""))) {
@@ -120,13 +123,17 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
       const sendable = chunk.filter((entry) => "item" in entry);
       for (const entry of chunk) {
         if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
-        countNotDomain(notDomains, entry.row);
+        readAsNone.count(entry.row);
       }
       if (sendable.length > 0) {
-        const key = `${n === 0 ? trialKeyPrefix : keyPrefix}-rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+        const range = `rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
+        const first = sendable[0]!;
+        const key = n === 0 ? `${trialKeyPrefix}-${range}${first.accountId ? `-${first.accountId}` : ""}` : `${keyPrefix}-${range}`;
         // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
         // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
-        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true });
+        // A row's company is one of the contact's accounts: the others (linked elsewhere, or by an
+        // earlier row of the same person) stay, added to in the batch's own write, not read and resent.
+        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true, add_account_ids: true });
         answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
         if (answer.replayed) replayed += sendable.length;
       }
@@ -140,7 +147,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
     throw new ImportError(`${error.message}; ${sent}; import it again once nothing writes to it`, false);
   }
   progress.finish();
-  if (notDomains.count > 0) progress.note(notDomainsNote(map, notDomains));
+  for (const line of readAsNone.notes(map)) progress.note(line);
   // The first row's batch is answered from a --trial as well as from a whole run: the note names both.
   if (replayed > 0) {
     const rowsWere = replayed === 1 ? "1 row was" : `${replayed} rows were`;
@@ -149,32 +156,52 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
 }
 
-/** NOT_DOMAINS_NAMED is how many website cells read as no website the import's note names, by row. */
-const NOT_DOMAINS_NAMED = 10;
+/** READ_AS_NONE_NAMED is how many cells of a column read as no value the import's note names, by row. */
+const READ_AS_NONE_NAMED = 10;
 
-/** NotDomains counts the rows whose website names no host (ImportRow.notDomain), keeping the first NOT_DOMAINS_NAMED to name. */
-interface NotDomains {
+/** Cells is a column's cells read as no value: how many, and the first READ_AS_NONE_NAMED by row. */
+interface Cells {
   count: number;
   named: { row: number; value: string }[];
 }
 
-/** countNotDomain counts a row whose website names no host in `seen`. */
-function countNotDomain(seen: NotDomains, row: ImportRow): void {
-  if (row.notDomain === undefined) return;
-  seen.count++;
-  if (seen.named.length < NOT_DOMAINS_NAMED) seen.named.push({ row: row.row, value: row.notDomain });
-}
-
 /**
- * notDomainsNote tells of the website cells read as no website, naming the first by row and value:
- * those rows were imported, their companies matched by name, where a typo in a real website wants
- * fixing (imported again with it, the account found by name gets the domain).
+ * ReadAsNone collects the cells the import reads as no value though they hold one, to name them once
+ * it is done: websites that name no host (ImportRow.notDomain), whose rows were imported, their
+ * companies matched by name, where a typo wants fixing (imported again with it, the account found by
+ * name gets the domain); and placeholder companies (ImportRow.noCompany), whose rows have no account.
  */
-function notDomainsNote(map: ColumnMap, seen: NotDomains): string {
-  const named = seen.named.map(({ row, value }) => `row ${row} ${printable(JSON.stringify(cutTo(value, 60)))}`).join(", ");
-  const more = seen.count > seen.named.length ? `, and ${seen.count - seen.named.length} more` : "";
-  const values = seen.count === 1 ? "1 value is not a domain name, read" : `${seen.count} values are not a domain name, each read`;
-  return `${printable(columnOf(map, "/account/domain"))}: ${values} as no website (its company found by name): ${named}${more}`;
+class ReadAsNone {
+  private readonly websites: Cells = { count: 0, named: [] };
+  private readonly companies: Cells = { count: 0, named: [] };
+
+  /** count notes a row's cells read as no value. */
+  count(row: ImportRow): void {
+    ReadAsNone.add(this.websites, row.row, row.notDomain);
+    ReadAsNone.add(this.companies, row.row, row.noCompany);
+  }
+
+  /** notes are the lines telling of them, one a column: `Website: 2 values are not a domain name, each read as no website ...: row 3 "...", row 7 "acme .com"`. */
+  notes(map: ColumnMap): string[] {
+    return [
+      ...ReadAsNone.note(columnOf(map, "/account/domain"), this.websites, "not a domain name", "no website (its company found by name)"),
+      ...ReadAsNone.note(columnOf(map, "/account/name"), this.companies, "a placeholder", "no company"),
+    ];
+  }
+
+  private static add(cells: Cells, row: number, value: string | undefined): void {
+    if (value === undefined) return;
+    cells.count++;
+    if (cells.named.length < READ_AS_NONE_NAMED) cells.named.push({ row, value });
+  }
+
+  private static note(column: string, cells: Cells, are: string, readAs: string): string[] {
+    if (cells.count === 0) return [];
+    const named = cells.named.map(({ row, value }) => `row ${row} ${printable(JSON.stringify(cutTo(value, 60)))}`).join(", ");
+    const more = cells.count > cells.named.length ? `, and ${cells.count - cells.named.length} more` : "";
+    const values = cells.count === 1 ? `1 value is ${are}, read` : `${cells.count} values are ${are}, each read`;
+    return [`${printable(column)}: ${values} as ${readAs}: ${named}${more}`];
+  }
 }
 
 /** importRows turns the first `limit` rows of the file into API items, one at a time. */
@@ -201,7 +228,7 @@ function localErrors(row: ImportRow, map: ColumnMap): string[] {
   ];
 }
 
-type PreparedRow = { row: ImportRow; item: unknown } | { row: ImportRow; errors: string[] };
+type PreparedRow = { row: ImportRow; item: unknown; accountId: string | null } | { row: ImportRow; errors: string[] };
 
 /**
  * preparedRows gives each row the id of its account, or makes it invalid: refused locally
@@ -224,7 +251,7 @@ function* preparedRows(rows: Iterable<ImportRow>, accounts: Map<string, AccountO
     }
     const item = account ? { ...row.contact, account_ids: [account.id] } : row.contact;
     const refusal = bodyRefusal(item);
-    yield refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item };
+    yield refusal.length > 0 ? { row, errors: errorLines(map, refusal) } : { row, item, accountId: account?.id ?? null };
   }
 }
 

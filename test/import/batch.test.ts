@@ -514,3 +514,55 @@ describe("contacts batch: security", () => {
     expect(await contactCount(h)).toBe(100);
   });
 });
+
+describe("contacts batch: add_account_ids", () => {
+  test("with it, an update adds the item's accounts after the contact's (one already linked changes nothing); a new contact is stored as given; without it, account_ids replaces whole", async () => {
+    const [acme, partner, globex] = (await h.json("POST", ACCOUNTS, { body: { items: [{ name: "Acme" }, { name: "Partner Ltd" }, { name: "Globex" }] } })).body.data.map((r: { id: string }) => r.id);
+    const ada = await created("/public/v1/contacts", { email: "ada@example.com", first_name: "Ada", account_ids: [acme, partner] });
+    const bob = await created("/public/v1/contacts", { email: "bob@example.com", first_name: "Bob", account_ids: [acme, partner] });
+    const added = await h.json("POST", CONTACTS, {
+      body: {
+        add_account_ids: true,
+        items: [
+          { email: "ada@example.com", account_ids: [acme] },
+          { email: "ada@example.com", account_ids: [globex, partner] },
+          { email: "ada@example.com", first_name: "Ada", account_ids: [] },
+          { email: "zoe@example.com", first_name: "Zoë", account_ids: [globex] },
+        ],
+      },
+    });
+    const zoe = added.body.data[3].id;
+    expect([added.status, added.body]).toEqual([200, { data: [{ status: "unchanged", id: ada.id }, { status: "updated", id: ada.id }, { status: "unchanged", id: ada.id }, { status: "created", id: zoe }] }]);
+    const storedAda = (await h.json("GET", `/public/v1/contacts/${ada.id}`)).body.data;
+    expect(storedAda).toEqual({ ...ada, account_ids: [acme, partner, globex], version: 2, updated_at: storedAda.updated_at });
+    expect((await h.json("GET", `/public/v1/contacts/${zoe}`)).body.data.account_ids).toEqual([globex]);
+
+    for (const body of [{ items: [{ email: "bob@example.com", account_ids: [globex] }] }, { add_account_ids: false, items: [{ email: "bob@example.com", account_ids: [partner] }] }]) {
+      expect((await h.json("POST", CONTACTS, { body })).body).toEqual({ data: [{ status: "updated", id: bob.id }] });
+    }
+    expect((await h.json("GET", `/public/v1/contacts/${bob.id}`)).body.data.account_ids).toEqual([partner]);
+    // account_ids: null still clears them all, adding or not
+    const cleared = await h.json("POST", CONTACTS, { body: { add_account_ids: true, items: [{ email: "bob@example.com", account_ids: null }] } });
+    expect(cleared.body).toEqual({ data: [{ status: "updated", id: bob.id }] });
+    expect((await h.json("GET", `/public/v1/contacts/${bob.id}`)).body.data.account_ids).toEqual([]);
+    expect(await eventTypes(h)).toEqual(["account.created", "account.created", "account.created", "contact.created", "contact.created", "contact.updated", "contact.created", "contact.updated", "contact.updated", "contact.updated"]);
+  });
+
+  test("an addition past the accounts limit makes its item invalid, naming it; add_account_ids must be a boolean, and the accounts batch does not take it", async () => {
+    const firms = async (from: number, n: number): Promise<string[]> => (await h.json("POST", ACCOUNTS, { body: { items: Array.from({ length: n }, (_, i) => ({ name: `Firm ${from + i}` })) } })).body.data.map((r: { id: string }) => r.id);
+    const ids = [...(await firms(0, 100)), ...(await firms(100, 1))];
+    const full = await created("/public/v1/contacts", { email: "full@example.com", account_ids: ids.slice(0, 100) });
+    const res = await h.json("POST", CONTACTS, { body: { add_account_ids: true, items: [{ email: "full@example.com", account_ids: [ids[100]] }, { email: "full@example.com", account_ids: [ids[0]] }] } });
+    expect([res.status, res.body]).toEqual([
+      200,
+      { data: [{ status: "invalid", errors: [{ pointer: "/items/0/account_ids", detail: "with the contact's other accounts kept, would be 101 accounts; the limit is 100" }] }, { status: "unchanged", id: full.id }] },
+    ]);
+    expect((await h.json("GET", `/public/v1/contacts/${full.id}`)).body.data).toEqual(full);
+    const items = [{ email: "a@example.com" }];
+    const wrong = await h.json("POST", CONTACTS, { body: { add_account_ids: "true", items } });
+    expect([wrong.status, wrong.body]).toEqual([422, validation([{ pointer: "/add_account_ids", detail: "must be true or false" }])]);
+    const accounts = await h.json("POST", ACCOUNTS, { body: { add_account_ids: true, items: [{ name: "Acme" }] } });
+    expect([accounts.status, accounts.body]).toEqual([422, validation([{ pointer: "/add_account_ids", detail: "is not a field here; known: items" }])]);
+    expect(await contactCount(h)).toBe(1);
+  });
+});

@@ -20,12 +20,17 @@ const importText = (name: string, text: string, ...args: string[]) => {
 };
 /** contactAccounts lists each imported contact's email with the name and domain of its account. */
 const contactAccounts = () => server.db.all<{ email: string; name: string; domain: string | null }>("SELECT c.email, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email");
+/** api sends a request to the test server's API with the importer's token and answers its status and body. */
+const api = async (method: string, path: string, body?: unknown) => {
+  const token = readFileSync(server.tokenFile, "utf8").trim();
+  const res = await fetch(`${server.url}${path}`, { method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { "content-type": "application/json" }) }, body: body === undefined ? undefined : JSON.stringify(body) });
+  return { status: res.status, body: res.status === 204 ? null : ((await res.json()) as any) };
+};
 /** apiCreate creates a record through the test server's API with the importer's token and answers it. */
 const apiCreate = async (path: string, body: unknown) => {
-  const token = readFileSync(server.tokenFile, "utf8").trim();
-  const res = await fetch(`${server.url}${path}`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
+  const res = await api("POST", path, body);
   expect(res.status).toBe(201);
-  return ((await res.json()) as { data: { id: string } }).data;
+  return res.body.data as { id: string };
 };
 /** replayNotes are the importer's stderr lines saying rows were answered from an earlier run. */
 const replayNotes = (stderr: string) => stderr.split("\n").filter((line) => line.includes("from an earlier run"));
@@ -373,6 +378,53 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     }
     // Answered from the first run: the contacts deleted since are not made again.
     expect(await server.count()).toBe(0);
+  }, 60_000);
+});
+
+describe("crm import contacts: accounts", () => {
+  test("a row's company is added to the contact's accounts, never replacing the others: one already linked changes nothing, a person on two rows with two companies keeps both", async () => {
+    const partner = await apiCreate("/public/v1/accounts", { name: "Partner Ltd", domain: "partner.example" });
+    const acme = await apiCreate("/public/v1/accounts", { name: "Acme", domain: "acme.example" });
+    const ada = await apiCreate("/public/v1/contacts", { email: "ada@acme.example", first_name: "Ada", account_ids: [acme.id, partner.id] });
+    const res = await importText("trade-show.csv", "Email,First Name,Company,Website\nada@acme.example,Ada,Acme,acme.example\nbo@x.example,Bo,Acme,acme.example\nbo@x.example,Bo,Globex,\n");
+    expect([res.code, res.stdout]).toEqual([0, "imported: 3 rows: created 1, updated 1, unchanged 1, invalid 0\n"]);
+    expect((await api("GET", `/public/v1/contacts/${ada.id}`)).body.data).toEqual(ada);
+    expect((await api("GET", `/public/v1/contacts?account_id=${partner.id}`)).body.meta.total).toBe(1);
+    const bo = (await api("GET", "/public/v1/contacts?email=bo@x.example&include=accounts")).body.data;
+    expect(bo.map((c: { accounts: { name: string }[] }) => c.accounts.map((a) => a.name))).toEqual([["Acme", "Globex"]]);
+  }, 60_000);
+
+  test("--trial, its contact and account deleted, then the whole file: every row is imported (the first under a key of its own), and running it again replays it all", async () => {
+    const file = join(server.dir, "acme-staff.csv");
+    writeFileSync(file, "Email,First Name,Company,Website\nada@acme.example,Ada,Acme,acme.example\nbob@acme.example,Bob,Acme,acme.example\ncy@acme.example,Cy,Acme,acme.example\n");
+    expect((await runImport([file, "--trial", ...apiArgs()])).stdout).toBe("trial, one row sent: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n");
+    const [contact] = (await api("GET", "/public/v1/contacts")).body.data;
+    const [account] = (await api("GET", "/public/v1/accounts")).body.data;
+    expect([(await api("DELETE", `/public/v1/contacts/${contact.id}`)).status, (await api("DELETE", `/public/v1/accounts/${account.id}`)).status]).toEqual([204, 204]);
+    const whole = await runImport([file, ...apiArgs()]);
+    expect([whole.code, whole.stdout, replayNotes(whole.stderr)]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n", []]);
+    expect(await contactAccounts()).toEqual(["ada", "bob", "cy"].map((name) => ({ email: `${name}@acme.example`, name: "Acme", domain: "acme.example" })));
+    const again = await runImport([file, ...apiArgs()]);
+    expect([again.code, again.stdout, replayNotes(again.stderr)]).toEqual([
+      0,
+      "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n",
+      ["3 rows were answered from an earlier run of this file or its --trial (within 24 h): their counts are that run's, and nothing was applied again"],
+    ]);
+    expect([await server.count(), await server.count("accounts")]).toEqual([3, 1]);
+  }, 60_000);
+
+  test("a placeholder company (N/A, -, none) is no company, said on stderr by row, --dry-run too: no account groups those rows; a website beside it still names one", async () => {
+    const csv = "Email,First Name,Company,Website\nann@a.example,Ann,N/A,\nben@b.example,Ben,N/A,\ncat@c.example,Cat,-,\ndan@d.example,Dan,none,dan.example\neve@e.example,Eve,Eve Ltd,\n";
+    const note = 'Company: 4 values are a placeholder, each read as no company: row 1 "N/A", row 2 "N/A", row 3 "-", row 4 "none"\n';
+    const dry = await importText("leads.csv", csv, "--dry-run");
+    expect([dry.code, dry.stderr.split("\n").slice(1).join("\n")]).toEqual([0, note]);
+    const res = await importText("leads.csv", csv);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 5 rows: created 5, updated 0, unchanged 0, invalid 0\n"]);
+    expect(res.stderr).toEndWith(note);
+    expect(await contactAccounts()).toEqual([
+      { email: "dan@d.example", name: "dan.example", domain: "dan.example" },
+      { email: "eve@e.example", name: "Eve Ltd", domain: null },
+    ]);
   }, 60_000);
 });
 

@@ -136,7 +136,7 @@ describe("hostile requests: fields and parameters a route does not take", () => 
       ["POST", "/public/v1/webhook-subscriptions", { ...SUBSCRIPTION, max_rat: 5 }, [{ pointer: "/max_rat", detail: "is not a field here; known: target_url, description, events, max_rate" }]],
       ["PATCH", `/public/v1/webhook-subscriptions/${subscriptionId}`, { max_rat: 5 }, [{ pointer: "/max_rat", detail: "is not a field here; known: description, max_rate, target_url, events" }]],
       ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/rotate-secret`, { grace: 1 }, [{ pointer: "/grace", detail: "is not a field here; known: grace_hours" }]],
-      ["POST", "/public/v1/contacts/batch", { items: [{ first_name: "Eve" }], upsert: true }, [{ pointer: "/upsert", detail: "is not a field here; known: items, merge_custom_fields" }]],
+      ["POST", "/public/v1/contacts/batch", { items: [{ first_name: "Eve" }], upsert: true }, [{ pointer: "/upsert", detail: "is not a field here; known: items, merge_custom_fields, add_account_ids" }]],
       ["POST", "/public/v1/accounts/batch", { items: [{ name: "Acme" }], dry_run: true }, [{ pointer: "/dry_run", detail: "is not a field here; known: items" }]],
       ["POST", `/public/v1/contacts/${contactId}/tags`, { tag: "vip", color: "red" }, [{ pointer: "/color", detail: "is not a field here; known: tag" }]],
       ["POST", `/public/v1/webhook-subscriptions/${subscriptionId}/pause`, { reason: "maintenance" }, [{ pointer: "/reason", detail: "is not a field here; this route takes no body" }]],
