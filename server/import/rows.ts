@@ -29,9 +29,33 @@ export interface SourceRow {
  */
 export interface SourceFile {
   format: "csv" | "jsonl";
+  /** how a CSV file is written, so its invalid rows are written alike: Excel reads a CSV without a BOM as Windows-1252 */
+  style?: CsvStyle;
   columns: string[];
   rowCount: number;
   rows(): Iterable<SourceRow>;
+}
+
+/** CsvStyle is how a CSV file is written: whether it starts with a UTF-8 BOM, and its line break (its first one). */
+export interface CsvStyle {
+  bom: boolean;
+  lineBreak: string;
+}
+
+/** csvStyle reads a CSV file's style from its first piece of text. */
+function csvStyle(start: string): CsvStyle {
+  return { bom: start.charCodeAt(0) === 0xfeff, lineBreak: /\r\n|\n|\r/.exec(start)?.[0] ?? "\n" };
+}
+
+/** firstPiece is the first piece of a file's text ("" for an empty file), read alone. */
+function firstPiece(read: () => Iterable<string>): string {
+  const iterator = read()[Symbol.iterator]();
+  try {
+    const first = iterator.next();
+    return first.done ? "" : first.value;
+  } finally {
+    iterator.return?.();
+  }
 }
 
 /** CHUNK_BYTES is how much of the input file is read at a time. */
@@ -183,7 +207,7 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
     again.next();
     for (const { fields } of again) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
   }
-  return { format: "csv", columns, rowCount, rows };
+  return { format: "csv", style: csvStyle(firstPiece(read)), columns, rowCount, rows };
 }
 
 /**

@@ -355,7 +355,9 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   try {
     // The rows are customer data: the owner's only, like every file the service writes.
     createOwnerOnlyFile(path);
-    await Bun.write(path, `${lines.join("\n")}\n`);
+    // Written as the input was: without its BOM, Excel would show "René" as "RenÃ©", and a fix saved as "CSV UTF-8" would import that.
+    const { bom, lineBreak } = source.style ?? { bom: false, lineBreak: "\n" };
+    await Bun.write(path, `${bom ? "\uFEFF" : ""}${lines.join(lineBreak)}${lineBreak}`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.
     return unwritten((error as Error).message);

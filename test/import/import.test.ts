@@ -376,6 +376,16 @@ describe("crm import contacts: rows neither lost nor merged", () => {
   }, 60_000);
 });
 
+describe("crm import contacts: the invalid-rows file, fixed and imported again", () => {
+  test("it is written as the input was: a UTF-8 BOM (Excel then opens it as UTF-8, not Windows-1252) and CRLF when the input has them, neither when it has not", async () => {
+    const bad = "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("excel.csv", "\uFEFFEmail,First name,Company\r\njose@example.com,José,Café Müller GmbH\r\nrene(at)example.com,René,Café Müller GmbH\r\n")).code).toBe(1);
+    expect(readFileSync(join(server.dir, "excel.invalid.csv"), "utf8")).toBe(`\uFEFFEmail,First name,Company,import_row,import_errors\r\nrene(at)example.com,René,Café Müller GmbH,2,"${bad}"\r\n`);
+    expect((await importText("plain.csv", "Email,First name\nrene(at)example.com,René\n")).code).toBe(1);
+    expect(readFileSync(join(server.dir, "plain.invalid.csv"), "utf8")).toBe(`Email,First name,import_row,import_errors\nrene(at)example.com,René,1,"${bad}"\n`);
+  }, 60_000);
+});
+
 describe("crm import contacts: rows refused locally", () => {
   test("a row refused locally (a bad email, nobody named) creates no account; a row with only an external id, which only the server can judge, still brings its own", async () => {
     const first = join(server.dir, "linked.csv");
