@@ -336,16 +336,18 @@ function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]
 async function finish(path: string, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
   if (invalid.length === 0) return summary;
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
-  const lines = source.format === "csv" ? [csvLine([...source.columns, "import_row", "import_errors"])] : [];
+  // An invalid-rows file imported again has the two columns already: added twice, its own invalid rows could not be imported.
+  const header = [...source.columns, ...["import_row", "import_errors"].filter((column) => !source.columns.includes(column))];
+  const lines = source.format === "csv" ? [csvLine(header)] : [];
   const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
   try {
     for (const { row, fields, original, refused } of source.rows()) {
       const errors = errorsOf.get(row);
       if (!errors) continue;
-      if (source.format === "csv") lines.push(csvLine([...source.columns.map((_, j) => fields?.[j] ?? ""), String(row), errors.join("; ")]));
+      if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors)));
       // A refused line is kept as written (JSON.parse would have rounded its large integers).
       else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
-      else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
+      else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
     }
   } catch (error) {
     // Changed once its rows were sent, the file no longer holds the rows that were refused; the rest is imported all the same.
@@ -363,6 +365,18 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
     return unwritten((error as Error).message);
   }
   return { ...summary, invalidFile: path };
+}
+
+/**
+ * invalidCells is an invalid row's line in its file: its fields as written, then its import_row and
+ * import_errors. A row that has an import_row already (from an invalid-rows file) keeps it, the
+ * number in the file first imported, the one the operator knows; its errors are the latest.
+ */
+function invalidCells(header: string[], fields: string[], row: number, errors: string[]): string[] {
+  const cells = header.map((_, j) => fields[j] ?? "");
+  cells[header.indexOf("import_row")] ||= String(row);
+  cells[header.indexOf("import_errors")] = errors.join("; ");
+  return cells;
 }
 
 /** appendedTo adds members to the text of a JSON object as written: `{"a": 1}` becomes `{"a": 1,"b":2}`. */

@@ -384,6 +384,18 @@ describe("crm import contacts: the invalid-rows file, fixed and imported again",
     expect((await importText("plain.csv", "Email,First name\nrene(at)example.com,René\n")).code).toBe(1);
     expect(readFileSync(join(server.dir, "plain.invalid.csv"), "utf8")).toBe(`Email,First name,import_row,import_errors\nrene(at)example.com,René,1,"${bad}"\n`);
   }, 60_000);
+
+  test("an invalid-rows file's own invalid rows keep one import_row (the first file's) and one import_errors (the latest), so their file imports too", async () => {
+    const bad = "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("people.csv", "Email,First name\ngood@example.com,Good\nbad-one,One\nbad-two,Two\n")).code).toBe(1);
+    const first = readFileSync(join(server.dir, "people.invalid.csv"), "utf8");
+    expect((await importText("people.invalid.csv", first.replace("bad-one", "one@example.com"))).code).toBe(1);
+    const second = readFileSync(join(server.dir, "people.invalid.invalid.csv"), "utf8");
+    expect(second).toBe(`Email,First name,import_row,import_errors\nbad-two,Two,3,"${bad}"\n`);
+    const res = await importText("people.invalid.invalid.csv", second.replace("bad-two", "two@example.com"));
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.count()).toBe(3);
+  }, 60_000);
 });
 
 describe("crm import contacts: rows refused locally", () => {
