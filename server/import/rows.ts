@@ -7,7 +7,7 @@ import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { printable } from "../shared/text.ts";
-import { CsvError, csvRecords } from "./csv.ts";
+import { CsvError, csvRecords, separatorOf, type Separator } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
 
@@ -36,15 +36,16 @@ export interface SourceFile {
   rows(): Iterable<SourceRow>;
 }
 
-/** CsvStyle is how a CSV file is written: whether it starts with a UTF-8 BOM, and its line break (its first one). */
+/** CsvStyle is how a CSV file is written: whether it starts with a UTF-8 BOM, its separator and its line break (its first one). */
 export interface CsvStyle {
   bom: boolean;
+  separator: Separator;
   lineBreak: string;
 }
 
 /** csvStyle reads a CSV file's style from its first piece of text. */
 function csvStyle(start: string): CsvStyle {
-  return { bom: start.charCodeAt(0) === 0xfeff, lineBreak: /\r\n|\n|\r/.exec(start)?.[0] ?? "\n" };
+  return { bom: start.charCodeAt(0) === 0xfeff, separator: separatorOf(start), lineBreak: /\r\n|\n|\r/.exec(start)?.[0] ?? "\n" };
 }
 
 /** firstPiece is the first piece of a file's text ("" for an empty file), read alone. */
@@ -179,9 +180,10 @@ function firstInvalidByte(bytes: Uint8Array): number {
 export function readSourceFile(path: string, read: () => Iterable<string>): SourceFile {
   if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, read);
   if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
+  const style = csvStyle(firstPiece(read));
   const records = function* () {
     try {
-      yield* csvRecords(read());
+      yield* csvRecords(read(), style.separator);
     } catch (error) {
       if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
       throw error;
@@ -207,7 +209,7 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
     again.next();
     for (const { fields } of again) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
   }
-  return { format: "csv", style: csvStyle(firstPiece(read)), columns, rowCount, rows };
+  return { format: "csv", style, columns, rowCount, rows };
 }
 
 /**

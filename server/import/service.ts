@@ -11,9 +11,9 @@ import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
 import { cutTo, printable } from "../shared/text.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
-import { csvLine } from "./csv.ts";
+import { csvLine, SEPARATORS } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
@@ -72,6 +72,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
+  if (source.style && source.style.separator !== ",") note(`read as ${SEPARATORS[source.style.separator]}-separated: the header has no comma`);
   // The column names are the file's: escaped, a header cannot act on the operator's terminal.
   note(`columns: ${[...map].map(([column, target]) => `${printable(column)} -> ${printable(target)}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.map(printable).join(", ")}` : ""}`);
   const trial = options.trial && !options.dryRun;
@@ -338,13 +339,14 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
   // An invalid-rows file imported again has the two columns already: added twice, its own invalid rows could not be imported.
   const header = [...source.columns, ...["import_row", "import_errors"].filter((column) => !source.columns.includes(column))];
-  const lines = source.format === "csv" ? [csvLine(header)] : [];
+  const style: CsvStyle = source.style ?? { bom: false, separator: ",", lineBreak: "\n" };
+  const lines = source.format === "csv" ? [csvLine(header, style.separator)] : [];
   const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
   try {
     for (const { row, fields, original, refused } of source.rows()) {
       const errors = errorsOf.get(row);
       if (!errors) continue;
-      if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors)));
+      if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors), style.separator));
       // A refused line is kept as written (JSON.parse would have rounded its large integers).
       else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
       else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
@@ -357,9 +359,8 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   try {
     // The rows are customer data: the owner's only, like every file the service writes.
     createOwnerOnlyFile(path);
-    // Written as the input was: without its BOM, Excel would show "René" as "RenÃ©", and a fix saved as "CSV UTF-8" would import that.
-    const { bom, lineBreak } = source.style ?? { bom: false, lineBreak: "\n" };
-    await Bun.write(path, `${bom ? "\uFEFF" : ""}${lines.join(lineBreak)}${lineBreak}`);
+    // Written as the input was (Excel in a German locale reads commas as one column): without its BOM, Excel would show "René" as "RenÃ©", and a fix saved as "CSV UTF-8" would import that.
+    await Bun.write(path, `${style.bom ? "\uFEFF" : ""}${lines.join(style.lineBreak)}${style.lineBreak}`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.
     return unwritten((error as Error).message);

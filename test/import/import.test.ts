@@ -398,6 +398,21 @@ describe("crm import contacts: the invalid-rows file, fixed and imported again",
   }, 60_000);
 });
 
+describe("crm import contacts: separators", () => {
+  test("a semicolon-separated file (Excel's \"CSV\" in a German locale) or a tab-separated one is read with its separator, said on stderr; its invalid rows are written with it", async () => {
+    const bad = "E-Mail: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    const de = await importText("de.csv", '\uFEFFVorname;Nachname;E-Mail;Firma\r\nJürgen;Weiß;juergen@example.de;"Weiß; Söhne AG"\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co\r\n', "--map", "Firma=account.name");
+    expect([de.code, de.stderr.split("\n").slice(0, 2)]).toEqual([1, ["read as semicolon-separated: the header has no comma", "columns: E-Mail -> email, Firma -> account.name; ignored: Vorname, Nachname"]]);
+    expect(readFileSync(join(server.dir, "de.invalid.csv"), "utf8")).toBe(`\uFEFFVorname;Nachname;E-Mail;Firma;import_row;import_errors\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co;2;${bad}\r\n`);
+    const tab = await importText("tab.csv", "Email\tFirst name\tCompany\ntab@example.com\tTabitha\tTab, Inc.\n");
+    expect([tab.code, tab.stderr.split("\n").slice(0, 2)]).toEqual([0, ["read as tab-separated: the header has no comma", "columns: Email -> email, First name -> first_name, Company -> account.name"]]);
+    expect(await contactAccounts()).toEqual([
+      { email: "juergen@example.de", name: "Weiß; Söhne AG", domain: null },
+      { email: "tab@example.com", name: "Tab, Inc.", domain: null },
+    ]);
+  }, 60_000);
+});
+
 describe("crm import contacts: rows refused locally", () => {
   test("a row refused locally (a bad email, nobody named) creates no account; a row with only an external id, which only the server can judge, still brings its own", async () => {
     const first = join(server.dir, "linked.csv");
@@ -425,7 +440,7 @@ describe("crm import contacts: rows refused locally", () => {
     const files: [string, string, string][] = [
       ["empty-row.csv", "Email,First name\n,\nann@example.com,Ann\n", `Email,First name,import_row,import_errors\n,,1,"${nobody}"\n`],
       ["empty-object.jsonl", '{}\n{"email": "bob@example.com"}\n', `${JSON.stringify({ import_row: 1, import_errors: [nobody] })}\n`],
-      ["none-mapped.csv", "Email;Name\ncid@example.com;Cid\n", `Email;Name,import_row,import_errors\ncid@example.com;Cid,1,"${nobody}"\n`],
+      ["none-mapped.csv", "E-Post,Navn\ncid@example.com,Cid\n", `E-Post,Navn,import_row,import_errors\ncid@example.com,Cid,1,"${nobody}"\n`],
     ];
     const invalidRows = (path: string) => (existsSync(path) ? readFileSync(path, "utf8") : null);
     for (const [name, content, invalid] of files) {
