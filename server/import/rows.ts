@@ -306,22 +306,25 @@ const USUAL_HEADERS = new Map<string, Target>(Object.entries({
   externalid: "external_id", id: "external_id", sourceid: "external_id", contactid: "external_id", recordid: "external_id",
   tags: "tags", labels: "tags",
   company: "account.name", companyname: "account.name", account: "account.name", accountname: "account.name", organization: "account.name", organisation: "account.name",
-  domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain",
+  domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain", websiteurl: "account.domain",
 } satisfies Record<string, Target>));
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
 
 /**
  * prefixedTarget maps a header that names its record first: "Contact Email" to email, "Account
- * Website" to account.domain. The prefix keeps to its record: "Account ID" or "Account Phone" is
- * the account's, not the contact's external_id or phone, so it is ignored (external ids of
- * different contacts would otherwise make them one).
+ * Website" to account.domain, and Pipedrive's "Person - Email - Work" (a qualifier after the
+ * field is dropped) and "Organization - Website" alike. The prefix keeps to its record: "Account
+ * ID" or "Account Phone" is the account's, not the contact's external_id or phone, so it is
+ * ignored (external ids of different contacts would otherwise make them one); a contact's
+ * company ("Person - Organization") is its account's name.
  */
 function prefixedTarget(column: string): Target | undefined {
-  const prefixed = /^(contact|account)\W*(.+)$/i.exec(column);
+  const prefixed = /^(contact|person|account|organi[sz]ation|company)\W*(.+?)(\W+(work|home|mobile|other))?$/i.exec(column);
   if (!prefixed) return undefined;
   const target = USUAL_HEADERS.get(squash(prefixed[2]!));
-  return target && target.startsWith("account.") === (prefixed[1]!.toLowerCase() === "account") ? target : undefined;
+  const ofAccount = !/^(contact|person)$/i.test(prefixed[1]!);
+  return target && (target.startsWith("account.") === ofAccount || (!ofAccount && target === "account.name")) ? target : undefined;
 }
 
 /**

@@ -116,6 +116,19 @@ describe("crm import contacts: happy paths", () => {
   }, 60_000);
 });
 
+describe("crm import contacts: other CRMs' exports", () => {
+  test("a Pipedrive people export (Person - and Organization - prefixes, a - Work qualifier) and HubSpot's Website URL map their columns", async () => {
+    const pipedrive = await importText("pipedrive.csv", '"Person - ID","Person - Name","Person - First name","Person - Last name","Person - Email - Work","Person - Email - Home","Person - Phone - Work","Person - Organization","Organization - Website"\n"17","Jana Nováková","Jana","Nováková","jana@firma.cz","jana@doma.cz","+420 601 123 456","Firma s.r.o.","https://www.firma.cz/"\n');
+    expect([pipedrive.code, pipedrive.stderr.split("\n")[0]]).toEqual([0, "columns: Person - ID -> external_id, Person - First name -> first_name, Person - Last name -> last_name, Person - Email - Work -> email, Person - Phone - Work -> phone, Person - Organization -> account.name, Organization - Website -> account.domain; ignored: Person - Name, Person - Email - Home"]);
+    const hubspot = await importText("hubspot.csv", "Record ID,Email,Company Name,Website URL\n901,pat@acme.example,Acme,acme.example\n");
+    expect([hubspot.code, hubspot.stderr.split("\n")[0]]).toEqual([0, "columns: Record ID -> external_id, Email -> email, Company Name -> account.name, Website URL -> account.domain"]);
+    expect(await server.db.all("SELECT c.external_id, c.email, c.first_name, c.last_name, c.phone, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { external_id: "17", email: "jana@firma.cz", first_name: "Jana", last_name: "Nováková", phone: "+420 601 123 456", name: "Firma s.r.o.", domain: "www.firma.cz" },
+      { external_id: "901", email: "pat@acme.example", first_name: null, last_name: null, phone: null, name: "Acme", domain: "acme.example" },
+    ]);
+  }, 60_000);
+});
+
 describe("crm import contacts: rows neither lost nor merged", () => {
   test("an account's columns (Account ID, Account Phone) never feed the contact's fields: three contacts stay three", async () => {
     const file = join(server.dir, "accounts-columns.csv");
