@@ -29,6 +29,8 @@ export interface SourceRow {
  */
 export interface SourceFile {
   format: "csv" | "jsonl";
+  /** how many CSV records hold only empty cells (",,,", as spreadsheets write an emptied row): skipped, not rows */
+  skipped: number;
   /** how a CSV file is written, so its invalid rows are written alike: Excel reads a CSV without a BOM as Windows-1252 */
   style?: CsvStyle;
   columns: string[];
@@ -199,7 +201,12 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
   const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
   if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${printable(JSON.stringify(columns[repeated]))} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   let rowCount = 0;
+  let skipped = 0;
   for (const { fields, line } of checked) {
+    if (emptyCells(fields)) {
+      skipped++;
+      continue;
+    }
     rowCount++;
     if (fields.length > columns.length) throw new ConfigError(`${path}: line ${line} (data row ${rowCount}) has ${fields.length} fields but the header names ${columns.length} columns`);
   }
@@ -207,10 +214,13 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
     let row = 0;
     const again = records();
     again.next();
-    for (const { fields } of again) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
+    for (const { fields } of again) if (!emptyCells(fields)) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
   }
-  return { format: "csv", style, columns, rowCount, rows };
+  return { format: "csv", skipped, style, columns, rowCount, rows };
 }
+
+/** emptyCells tells a record of empty cells only: an emptied spreadsheet row, which names nobody and would be an invalid row. */
+const emptyCells = (fields: string[]) => fields.every((field) => field.trim() === "");
 
 /**
  * jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its
@@ -288,7 +298,7 @@ function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
       yield { row: ++row, values: flattened(original), original, ...(refused ? { refused } : {}) };
     }
   }
-  return { format: "jsonl", columns: [...columns], rowCount, rows };
+  return { format: "jsonl", skipped: 0, columns: [...columns], rowCount, rows };
 }
 
 const CONTACT_TARGETS = ["email", "first_name", "last_name", "phone", "external_id", "tags"] as const;

@@ -33,6 +33,8 @@ export interface ImportOptions {
 
 export interface ImportSummary {
   rows: number;
+  /** records of empty cells only, not counted in rows (SourceFile.skipped) */
+  skipped: number;
   created: number;
   updated: number;
   unchanged: number;
@@ -80,7 +82,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   // Read again on each call, one row at a time: the file's rows are never all held at once.
   const rows = () => importRows(source, map, rowCount);
   const invalid: InvalidRow[] = [];
-  const summary: ImportSummary = { rows: rowCount, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
+  const summary: ImportSummary = { rows: rowCount, skipped: trial ? 0 : source.skipped, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
   const notDomains: NotDomains = { count: 0, named: [] };
   if (options.dryRun) {

@@ -447,11 +447,21 @@ describe("crm import contacts: rows refused locally", () => {
     ]);
   }, 60_000);
 
-  test("--dry-run refuses what every real import refuses, a row naming nobody: an empty row, a JSON Lines {}, a file where no column maps", async () => {
+  test("rows of empty cells (,,, as spreadsheets write emptied rows) are skipped, not invalid rows, and the summary counts them", async () => {
+    const file = join(server.dir, "emptied.csv");
+    writeFileSync(file, "Email,First name,Last name,Company\r\na@example.com,A,One,\r\n,,,\r\nb@example.com,B,Two,\r\n, ,,\r\n,,,\r\n");
+    const dry = await runImport([file, "--dry-run"]);
+    expect([dry.code, dry.stdout]).toEqual([0, "dry run, nothing sent: 2 rows: valid 2, invalid 0; skipped 3 rows of empty cells\n"]);
+    const real = await runImport([file, ...apiArgs()]);
+    expect([real.code, real.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0; skipped 3 rows of empty cells\n"]);
+    expect(await server.count()).toBe(2);
+  }, 60_000);
+
+  test("--dry-run refuses what every real import refuses, a row naming nobody: a row of an ignored column only, a JSON Lines {}, a file where no column maps", async () => {
     const nobody = "row: needs at least one of email, first_name, last_name, phone";
     // name, content, invalid-rows file
     const files: [string, string, string][] = [
-      ["empty-row.csv", "Email,First name\n,\nann@example.com,Ann\n", `Email,First name,import_row,import_errors\n,,1,"${nobody}"\n`],
+      ["notes-only.csv", "Email,First name,Notes\n,,met at the fair\nann@example.com,Ann,\n", `Email,First name,Notes,import_row,import_errors\n,,met at the fair,1,"${nobody}"\n`],
       ["empty-object.jsonl", '{}\n{"email": "bob@example.com"}\n', `${JSON.stringify({ import_row: 1, import_errors: [nobody] })}\n`],
       ["none-mapped.csv", "E-Post,Navn\ncid@example.com,Cid\n", `E-Post,Navn,import_row,import_errors\ncid@example.com,Cid,1,"${nobody}"\n`],
     ];
