@@ -19,8 +19,12 @@ export interface SourceRow {
   original?: Record<string, unknown>;
   /** the CSV record as written, by position: values cannot tell apart columns with blank names */
   fields?: string[];
-  /** a JSON Lines line the API would refuse in any body (an integer past 2^53, a NUL, a duplicate key ...): the line as written and why */
-  refused?: { line: string; errors: FieldError[] };
+  /**
+   * why the row is refused whatever it holds: a JSON Lines line the API would refuse in any body (an
+   * integer past 2^53, a NUL, a duplicate key ...), with the line as written, or a CSV record with
+   * fewer fields than the header
+   */
+  refused?: { line?: string; errors: FieldError[] };
 }
 
 /**
@@ -214,7 +218,12 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
     let row = 0;
     const again = records();
     again.next();
-    for (const { fields } of again) if (!emptyCells(fields)) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
+    for (const { fields } of again) {
+      if (emptyCells(fields)) continue;
+      // Padded with empty cells, such a record (a line break outside quotes cuts one in two) was imported as two people, each part in the wrong columns.
+      const refused = fields.length < columns.length ? { errors: [{ pointer: "", detail: `has ${fields.length} fields where the header names ${columns.length} columns: a line break outside quotes, or cells left out` }] } : undefined;
+      yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields, ...(refused ? { refused } : {}) };
+    }
   }
   return { format: "csv", skipped, style, columns, rowCount, rows };
 }

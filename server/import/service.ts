@@ -57,7 +57,7 @@ interface InvalidRow {
 
 /** errorLines names each error by the column it comes from: "Email: must be an email address ...". */
 const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${e.pointer ? columnOf(map, prefix + e.pointer) : prefix ? "account" : "row"}: ${e.detail}`);
-/** lineErrorLines names each error of a refused JSON Lines line by the column it is in: "/custom_fields/meta/constructor" is in custom_fields.meta. */
+/** lineErrorLines names each error of a refused JSON Lines line (or CSV record) by the column it is in: "/custom_fields/meta/constructor" is in custom_fields.meta. */
 const lineErrorLines = (errors: FieldError[]) => errors.map((e) => `${e.pointer ? e.pointer.slice(1).split("/").slice(0, 2).join(".") : "line"}: ${e.detail}`);
 /** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
 const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
@@ -350,7 +350,7 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
       if (!errors) continue;
       if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors), style.separator));
       // A refused line is kept as written (JSON.parse would have rounded its large integers).
-      else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
+      else if (refused?.line !== undefined) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
       else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
     }
   } catch (error) {

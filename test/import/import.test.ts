@@ -457,6 +457,18 @@ describe("crm import contacts: rows refused locally", () => {
     expect(await server.count()).toBe(2);
   }, 60_000);
 
+  test("a record with fewer fields than the header (a line break outside quotes cut it in two) is an invalid row naming its field count, not a contact padded with empty cells", async () => {
+    const file = join(server.dir, "split.csv");
+    writeFileSync(file, "First name,Last name,Notes,Email\r\nAnn,Lee,met at the fair\r\ncalled back,ann.lee@example.com\r\nBob,Ray,,bob.ray@example.com\r\n");
+    const short = (n: number) => `"line: has ${n} fields where the header names 4 columns: a line break outside quotes, or cells left out"`;
+    const invalidRows = `First name,Last name,Notes,Email,import_row,import_errors\r\nAnn,Lee,met at the fair,,1,${short(3)}\r\ncalled back,ann.lee@example.com,,,2,${short(2)}\r\n`;
+    const dry = await runImport([file, "--dry-run", "--invalid-file", join(server.dir, "dry.invalid.csv")]);
+    expect([dry.code, dry.stdout.split("\n")[0], readFileSync(join(server.dir, "dry.invalid.csv"), "utf8")]).toEqual([1, "dry run, nothing sent: 3 rows: valid 1, invalid 2", invalidRows]);
+    const real = await runImport([file, ...apiArgs()]);
+    expect([real.code, real.stdout.split("\n")[0], readFileSync(join(server.dir, "split.invalid.csv"), "utf8")]).toEqual([1, "imported: 3 rows: created 1, updated 0, unchanged 0, invalid 2", invalidRows]);
+    expect(await server.db.all("SELECT first_name, last_name, email FROM contacts")).toEqual([{ first_name: "Bob", last_name: "Ray", email: "bob.ray@example.com" }]);
+  }, 60_000);
+
   test("--dry-run refuses what every real import refuses, a row naming nobody: a row of an ignored column only, a JSON Lines {}, a file where no column maps", async () => {
     const nobody = "row: needs at least one of email, first_name, last_name, phone";
     // name, content, invalid-rows file
