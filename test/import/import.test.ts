@@ -307,6 +307,15 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect([await server.count("accounts"), accounts]).toEqual([1, [["a@example.com", "Großhandel Süd GmbH"], ["b@example.com", "Großhandel Süd GmbH"]]]);
   }, 60_000);
 
+  test("a company name with a no-break space or a doubled space (pasted from a web page, typed twice) is the account of its usual spelling, in an import and a batch upsert: one account", async () => {
+    const res = await importText("spaces.csv", "Email,Company\na@example.com,Acme GmbH\nb@example.com,Acme\u00a0GmbH\nc@example.com,Acme  GmbH\n");
+    expect([res.code, res.stdout, res.stderr.split("\n")[1]]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n", "accounts: 1 created or found"]);
+    const token = readFileSync(server.tokenFile, "utf8").trim();
+    const batch = await fetch(`${server.url}/public/v1/accounts/batch`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ items: [{ name: "ACME\u2003 GMBH " }] }) });
+    expect(((await batch.json()) as { data: { status: string }[] }).data.map((result) => result.status)).toEqual(["updated"]);
+    expect([await server.count("accounts"), (await contactAccounts()).map((row) => row.email)]).toEqual([1, ["a@example.com", "b@example.com", "c@example.com"]]);
+  }, 60_000);
+
   test("a row the server's body parser refuses (a NUL in a cell, a company name with one) is an invalid row; every other row is imported", async () => {
     const file = join(server.dir, "nul.csv");
     const rows = Array.from({ length: 250 }, (_, i) => `d${i + 1}@example.com,${i + 1 === 150 ? "Nu\u0000l" : "N"},${i + 1 === 200 ? "Bad\u0000Co" : ""}`);
