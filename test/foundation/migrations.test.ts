@@ -198,8 +198,8 @@ describe("migrations: data", () => {
     expect(await readAfterKeys(app, token)).toEqual(READ_AFTER_KEYS);
   });
 
-  test("0050 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
-    const version = MIGRATIONS.findIndex((m) => m.name === "0050_names_keyed_with_white_space_folded.sql");
+  test("0051 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0051_names_keyed_with_white_space_folded.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
     await storeNamesBeforeWhiteSpace(db);
     const warnings: unknown[] = [];

@@ -235,7 +235,7 @@ describe("postgres migrations: data, account names keyed the old way after 0034"
 });
 
 describe("postgres migrations: data, account domains", () => {
-  test("0050 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
+  test("0051 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
     const old = await freshPostgres();
     await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 50));
     await storeNamesBeforeWhiteSpace(old);

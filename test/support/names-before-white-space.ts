@@ -1,8 +1,8 @@
 import type { Database } from "../../server/db/sql.ts";
 
-// What a crm before migration 0050 stored of names differing only in their white space (a no-break
+// What a crm before migration 0051 stored of names differing only in their white space (a no-break
 // space, a doubled space, spaces at the ends): the keys kept it. The SQLite and the PostgreSQL tests
-// of migration 0050 build them and upgrade them.
+// of migration 0051 build them and upgrade them.
 
 /** storeNamesBeforeWhiteSpace stores accounts and contacts keyed as that crm keyed them, at version 2, with a tag row and an account link each (the keys copied by the triggers). */
 export async function storeNamesBeforeWhiteSpace(db: Database): Promise<void> {
@@ -21,7 +21,7 @@ export async function storeNamesBeforeWhiteSpace(db: Database): Promise<void> {
   });
 }
 
-/** whiteSpaceRows reads what 0050 writes: the accounts' keys, each contact's name keys beside those of its tag row and account link, and the events. */
+/** whiteSpaceRows reads what 0051 writes: the accounts' keys, each contact's name keys beside those of its tag row and account link, and the events. */
 export async function whiteSpaceRows(db: Database): Promise<unknown> {
   return {
     accounts: await db.all("SELECT id, name_key, version, updated_at FROM accounts ORDER BY id"),
@@ -37,7 +37,7 @@ const keys = (idColumn: string) => [
   { [idColumn]: "con_2", first_name_key: "bob", last_name_key: "ray" },
 ];
 
-/** WHITE_SPACE_ROWS are those rows after 0050: the keys folded, versions and updated_at as they were, no event. */
+/** WHITE_SPACE_ROWS are those rows after 0051: the keys folded, versions and updated_at as they were, no event. */
 export const WHITE_SPACE_ROWS = {
   accounts: ["acc_1", "acc_2", "acc_3"].map((id) => ({ id, name_key: "acme gmbh", version: 2, updated_at: 2 })).concat([{ id: "acc_4", name_key: "beta ltd", version: 2, updated_at: 2 }]),
   contacts: keys("id").map((row) => ({ ...row, version: 2, updated_at: 2 })),
@@ -46,10 +46,10 @@ export const WHITE_SPACE_ROWS = {
   events: [],
 };
 
-/** WHITE_SPACE_WARNINGS are the warnings 0050 gives of those accounts: the group its keys join. */
+/** WHITE_SPACE_WARNINGS are the warnings 0051 gives of those accounts: the group its keys join. */
 export const WHITE_SPACE_WARNINGS: [string, Record<string, unknown>][] = [
   [
     "migration: these accounts' names are one name under the new case or white space folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)",
-    { migration: "0050_names_keyed_with_white_space_folded.sql", accounts: [{ id: "acc_1", name: "Acme GmbH" }, { id: "acc_2", name: "Acme\u00a0GmbH" }, { id: "acc_3", name: "Acme  GmbH" }] },
+    { migration: "0051_names_keyed_with_white_space_folded.sql", accounts: [{ id: "acc_1", name: "Acme GmbH" }, { id: "acc_2", name: "Acme\u00a0GmbH" }, { id: "acc_3", name: "Acme  GmbH" }] },
   ],
 ];
