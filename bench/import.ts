@@ -24,7 +24,7 @@ const dir = mkdtempSync(join(tmpdir(), "crm-bench-import-"));
 const csv = join(dir, "contacts.csv");
 const header = ["Email", "First Name", "Last Name", "Phone", "Company", "Website", "Tags"];
 const record = (i: number) => [`person${i}@example.com`, `Zoë${i % 977}`, `Müller ${i}`, `+44 20 7946 ${String(i % 10_000).padStart(4, "0")}`, `Acme ${i % 500}`, `acme${i % 500}.example`, i % 4 ? "" : "vip;imported"];
-writeFileSync(csv, `${[header, ...Array.from({ length: ROWS }, (_, i) => record(i + 1))].map(csvLine).join("\n")}\n`);
+writeFileSync(csv, `${[header, ...Array.from({ length: ROWS }, (_, i) => record(i + 1))].map((fields) => csvLine(fields)).join("\n")}\n`);
 
 async function withServer<T>(rate: TokenRate | null, run: (url: string, tokenFile: string, token: string) => Promise<T>): Promise<T> {
   const dataDir = mkdtempSync(join(dir, "data-"));

@@ -747,7 +747,8 @@ async function importCommand(args: string[]): Promise<number> {
   try {
     const summary = await importContacts({ file, api, map, trial, dryRun, invalidFile, progress: process.stderr });
     const counts = dryRun ? `valid ${summary.valid}, invalid ${summary.invalid}` : importCounts(summary);
-    printOut(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}\n`);
+    const skipped = summary.skipped > 0 ? `; skipped ${summary.skipped === 1 ? "1 row" : `${summary.skipped} rows`} of empty cells` : "";
+    printOut(`${dryRun ? "dry run, nothing sent" : trial ? "trial, one row sent" : "imported"}: ${summary.rows} rows: ${counts}${skipped}\n`);
     if (summary.invalidFile) printOut(`invalid rows with their errors: ${summary.invalidFile}\n`);
     if (summary.invalidFileError) {
       process.stderr.write(`crm: ${summary.invalidFileError}\n`);

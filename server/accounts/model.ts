@@ -65,7 +65,7 @@ export type AccountSort = (typeof ACCOUNT_SORTS)[number];
 export const ACCOUNT_FILTERS = ["name", "domain", "created_after", "updated_after"] as const;
 
 export const AccountListQuery = paginationQuerySchema(ACCOUNT_SORTS, {
-  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Exact name, case-insensitive in every script, case folded in full (MÜLLER GMBH finds Müller GmbH, GROSSHANDEL and GROẞHANDEL find Großhandel; Turkish İ, I, ı and i are one letter)." })),
+  name: t.Optional(t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, error: `must be 1 to ${MAX_NAME_LENGTH} characters`, description: "Exact name, case-insensitive in every script, case folded in full (MÜLLER GMBH finds Müller GmbH, GROSSHANDEL and GROẞHANDEL find Großhandel; Turkish İ, I, ı and i are one letter); white space folded (a no-break or doubled space is one space, none at the ends)." })),
   domain: t.Optional(t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, error: `must be 1 to ${MAX_DOMAIN_LENGTH} characters`, description: "Exact domain, case-insensitive, a trailing dot ignored (acme.example. finds acme.example); a name in Unicode finds its ASCII form (müller.de finds xn--mller-kva.de)." })),
   created_after: timestampFilterSchema("Only accounts created after this time."),
   updated_after: timestampFilterSchema("Only accounts updated after this time."),

@@ -64,7 +64,7 @@ type NameKeyRow = Pick<AccountRow, "id" | "name" | "name_key">;
 
 /** NAME_KEYS_JOINED is the warning of a rekey that gave accounts with different keys one key. */
 const NAME_KEYS_JOINED =
-  "migration: these accounts' names are one name under the new case folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)";
+  "migration: these accounts' names are one name under the new case or white space folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)";
 
 /**
  * accountNameRekeys computes every account's name_key anew: the keys that change, and the groups
@@ -92,7 +92,7 @@ function warnJoinedNames(joined: Pick<AccountRow, "id" | "name">[][], warn: Migr
   for (const accounts of joined) warn(NAME_KEYS_JOINED, { accounts });
 }
 
-/** keyAccountNames rekeys every account whose name_key nameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007, 0034 and 0042). */
+/** keyAccountNames rekeys every account whose name_key nameKey now makes otherwise, warning of the accounts it gives one key (the backfill of migrations 0007, 0034, 0042 and 0050). */
 // sqlite-only: migrations run synchronously on the writer connection.
 export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void {
   const update = db.query("UPDATE accounts SET name_key = ? WHERE id = ?");
@@ -101,7 +101,7 @@ export function keyAccountNames(db: SqliteConnection, warn: MigrationWarn): void
   warnJoinedNames(joined, warn);
 }
 
-/** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migrations 0034 and 0042). */
+/** keyPostgresAccountNames is keyAccountNames on PostgreSQL, inside the migration's transaction (the backfill of migrations 0034, 0042 and 0050). */
 export async function keyPostgresAccountNames(db: Db, warn: MigrationWarn): Promise<void> {
   const { changes, joined } = accountNameRekeys(await db.all<NameKeyRow>("SELECT id, name, name_key FROM accounts ORDER BY id"));
   for (const { id, key } of changes) await db.run("UPDATE accounts SET name_key = ? WHERE id = ?", [key, id]);

@@ -1246,25 +1246,28 @@ export async function normalizePostgresNamesAndTags(db: Db): Promise<void> {
   }
 }
 
-type NamesRow = Pick<ContactRow, "id" | "first_name" | "last_name">;
+type NamesRow = Pick<ContactRow, "id" | "first_name" | "last_name"> & { first_name_key: string | null; last_name_key: string | null };
 
-/** SELECT_NAMED selects the contacts with a name, whose keys the backfill of migration 0045 writes (a contact without one keeps none). */
-const SELECT_NAMED = "SELECT id, first_name, last_name FROM contacts WHERE first_name IS NOT NULL OR last_name IS NOT NULL";
+/** SELECT_NAMED selects the contacts with a name, whose keys the backfill of migrations 0045 and 0050 writes (a contact without one keeps none). */
+const SELECT_NAMED = "SELECT id, first_name, last_name, first_name_key, last_name_key FROM contacts WHERE first_name IS NOT NULL OR last_name IS NOT NULL";
+
+/** rekeyedNames are the rows whose keys nameKey now makes otherwise: 0050 rewrites only those, not every contact with its tag and account rows. */
+const rekeyedNames = (rows: NamesRow[]) => rows.filter((row) => sortKeyOf(row.first_name) !== row.first_name_key || sortKeyOf(row.last_name) !== row.last_name_key);
 
 /**
  * keyContactNames gives every contact with a name the keys its names sort by (the backfill of
- * migration 0045), which the triggers copy to its tag and account rows. No version, updated_at or
- * event changes: the contact's own values are as they were.
+ * migrations 0045 and 0050), which the triggers copy to its tag and account rows. No version,
+ * updated_at or event changes: the contact's own values are as they were.
  */
 // sqlite-only: migrations run synchronously on the writer connection.
 export function keyContactNames(db: SqliteConnection): void {
   const update = db.query("UPDATE contacts SET first_name_key = ?, last_name_key = ? WHERE id = ?");
-  for (const row of db.query<NamesRow, []>(SELECT_NAMED).all()) update.run(sortKeyOf(row.first_name), sortKeyOf(row.last_name), row.id);
+  for (const row of rekeyedNames(db.query<NamesRow, []>(SELECT_NAMED).all())) update.run(sortKeyOf(row.first_name), sortKeyOf(row.last_name), row.id);
 }
 
 /** keyPostgresContactNames is keyContactNames on PostgreSQL, inside the migration's transaction, BACKFILL_BATCH rows a statement. */
 export async function keyPostgresContactNames(db: Db): Promise<void> {
-  const rows = await db.all<NamesRow>(SELECT_NAMED);
+  const rows = rekeyedNames(await db.all<NamesRow>(SELECT_NAMED));
   for (let at = 0; at < rows.length; at += BACKFILL_BATCH) {
     const batch = rows.slice(at, at + BACKFILL_BATCH);
     await db.run(

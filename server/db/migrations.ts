@@ -51,6 +51,7 @@ import tokenAndSubscriptionMakers from "../../migrations/0047_token_and_subscrip
 import accountDomainsWithoutTrailingDot from "../../migrations/0048_account_domains_without_trailing_dot.sql" with { type: "text" };
 import subscriptionHold from "../../migrations/0049_subscription_hold.sql" with { type: "text" };
 import eventTokens from "../../migrations/0050_event_tokens.sql" with { type: "text" };
+import namesKeyedWithWhiteSpaceFolded from "../../migrations/0051_names_keyed_with_white_space_folded.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -125,6 +126,15 @@ export const MIGRATIONS: Migration[] = [
   { version: 48, name: "0048_account_domains_without_trailing_dot.sql", sql: accountDomainsWithoutTrailingDot, backfill: (db, context) => dropDomainTrailingDots(db, context.warn) },
   { version: 49, name: "0049_subscription_hold.sql", sql: subscriptionHold },
   { version: 50, name: "0050_event_tokens.sql", sql: eventTokens },
+  {
+    version: 51,
+    name: "0051_names_keyed_with_white_space_folded.sql",
+    sql: namesKeyedWithWhiteSpaceFolded,
+    backfill: (db, context) => {
+      keyAccountNames(db, context.warn);
+      keyContactNames(db);
+    },
+  },
 ];
 
 function ensureMigrationsTable(db: Database): void {

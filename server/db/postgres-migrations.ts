@@ -37,6 +37,7 @@ import tokenAndSubscriptionMakers from "../../migrations/postgres/0047_token_and
 import accountDomainsWithoutTrailingDot from "../../migrations/postgres/0048_account_domains_without_trailing_dot.sql" with { type: "text" };
 import subscriptionHold from "../../migrations/postgres/0049_subscription_hold.sql" with { type: "text" };
 import eventTokens from "../../migrations/postgres/0050_event_tokens.sql" with { type: "text" };
+import namesKeyedWithWhiteSpaceFolded from "../../migrations/postgres/0051_names_keyed_with_white_space_folded.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -92,6 +93,15 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
   { version: 48, name: "0048_account_domains_without_trailing_dot.sql", sql: accountDomainsWithoutTrailingDot, backfill: dropPostgresDomainTrailingDots },
   { version: 49, name: "0049_subscription_hold.sql", sql: subscriptionHold },
   { version: 50, name: "0050_event_tokens.sql", sql: eventTokens },
+  {
+    version: 51,
+    name: "0051_names_keyed_with_white_space_folded.sql",
+    sql: namesKeyedWithWhiteSpaceFolded,
+    backfill: async (db, warn) => {
+      await keyPostgresAccountNames(db, warn);
+      await keyPostgresContactNames(db);
+    },
+  },
 ];
 
 /**

@@ -1,5 +1,6 @@
-// RFC 4180 CSV, as spreadsheets write it: comma-separated, fields quoted with " when they hold
-// commas, quotes (doubled) or line breaks; CRLF or LF between records; an optional UTF-8 BOM.
+// RFC 4180 CSV, as spreadsheets write it: comma-separated (or, as Excel writes "CSV" in locales
+// whose decimal mark is a comma, semicolon-separated; or tab-separated), fields quoted with " when
+// they hold the separator, quotes (doubled) or line breaks; CRLF or LF between records; an optional UTF-8 BOM.
 
 import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
 
@@ -20,16 +21,37 @@ export interface CsvRecord {
 const recordTooLong = (line: number) => new CsvError(line, `a record longer than ${MAX_IMPORT_RECORD_LENGTH} characters, more than any row can import (a quoted field never closed?)`);
 
 const QUOTE = 0x22;
-const COMMA = 0x2c;
 const LF = 0x0a;
 const CR = 0x0d;
+
+/** SEPARATORS are the separators a CSV file may use, by name: a comma, or the semicolon or tab of a header that has no comma (separatorOf). */
+export const SEPARATORS = { ",": "comma", ";": "semicolon", "\t": "tab" } as const;
+export type Separator = keyof typeof SEPARATORS;
+
+/**
+ * separatorOf tells a CSV text's separator from its first line (its header, outside quotes): a
+ * comma if it has one, else the semicolon or tab it has more of, else a comma (one column).
+ * Read with commas, a semicolon-separated file is one column whose rows are all invalid.
+ */
+export function separatorOf(text: string): Separator {
+  const counts = { ",": 0, ";": 0, "\t": 0 };
+  let quoted = false;
+  for (const ch of text) {
+    if (ch === '"') quoted = !quoted;
+    else if (!quoted && (ch === "\n" || ch === "\r")) break;
+    else if (!quoted && ch in counts) counts[ch as Separator]++;
+  }
+  if (counts[","] > 0 || counts[";"] + counts["\t"] === 0) return ",";
+  return counts[";"] >= counts["\t"] ? ";" : "\t";
+}
 
 /**
  * csvRecords reads CSV text, given in pieces of any size (a file read a piece at a time), one
  * record at a time; blank lines are skipped, a BOM is ignored. Only the record being read is
  * held, and each field is a slice of the text, not built a character at a time.
  */
-export function* csvRecords(pieces: Iterable<string>): Generator<CsvRecord> {
+export function* csvRecords(pieces: Iterable<string>, separator: Separator = ","): Generator<CsvRecord> {
+  const sep = separator.charCodeAt(0);
   let text = "";
   let i = 0;
   let line = 1;
@@ -37,7 +59,7 @@ export function* csvRecords(pieces: Iterable<string>): Generator<CsvRecord> {
   const iterator = pieces[Symbol.iterator]();
   try {
     for (;;) {
-      const read = i < text.length || final ? readRecord(text, i, line, final) : null;
+      const read = i < text.length || final ? readRecord(text, i, line, final, sep) : null;
       if (read) {
         if (read.next - i > MAX_IMPORT_RECORD_LENGTH) throw recordTooLong(line);
         ({ next: i, line } = read);
@@ -63,16 +85,16 @@ export function* csvRecords(pieces: Iterable<string>): Generator<CsvRecord> {
 }
 
 /**
- * readRecord reads the record starting at `start` of `text`: the record (null for a blank line),
+ * readRecord reads the record starting at `start` of `text`, its fields separated by `sep`: the record (null for a blank line),
  * where the next one starts and its line. Unless `final` (no more text follows), null when the
  * text ends before the record does, or before the character that tells where it ends.
  */
-function readRecord(text: string, start: number, startLine: number, final: boolean): { record: CsvRecord | null; next: number; line: number } | null {
+function readRecord(text: string, start: number, startLine: number, final: boolean, sep: number): { record: CsvRecord | null; next: number; line: number } | null {
   const end = text.length;
   const record: CsvRecord = { fields: [], line: startLine };
   let line = startLine;
   let i = start;
-  // A line holding only a line break is blank; one holding a comma or a quoted "" is a record.
+  // A line holding only a line break is blank; one holding a separator or a quoted "" is a record.
   let written = false;
   for (;;) {
     if (text.charCodeAt(i) === QUOTE) {
@@ -99,14 +121,14 @@ function readRecord(text: string, start: number, startLine: number, final: boole
         k++;
       }
       i = k + 1;
-      if (i < end && text.charCodeAt(i) !== COMMA && text.charCodeAt(i) !== LF && text.charCodeAt(i) !== CR) {
+      if (i < end && text.charCodeAt(i) !== sep && text.charCodeAt(i) !== LF && text.charCodeAt(i) !== CR) {
         throw new CsvError(line, `a closing quote must end its field (found ${JSON.stringify(text[i])} after it)`);
       }
       record.fields.push(value);
       written = true;
     } else {
       let k = i;
-      for (let ch = text.charCodeAt(k); k < end && ch !== COMMA && ch !== LF && ch !== CR; ch = text.charCodeAt(++k)) {
+      for (let ch = text.charCodeAt(k); k < end && ch !== sep && ch !== LF && ch !== CR; ch = text.charCodeAt(++k)) {
         if (ch === QUOTE) throw new CsvError(line, "a quote inside an unquoted field; quote the whole field and double the quote");
       }
       if (k >= end && !final) return null;
@@ -115,7 +137,7 @@ function readRecord(text: string, start: number, startLine: number, final: boole
       i = k;
     }
     if (i >= end) break;
-    if (text.charCodeAt(i) === COMMA) {
+    if (text.charCodeAt(i) === sep) {
       i++;
       written = true;
       continue;
@@ -134,6 +156,6 @@ export function parseCsv(text: string): string[][] {
 }
 
 /** csvLine renders one record as a CSV line (CRLF-free; quoted where needed). */
-export function csvLine(fields: string[]): string {
-  return fields.map((f) => (/[",\r\n]|^\s|\s$/.test(f) ? `"${f.replaceAll('"', '""')}"` : f)).join(",");
+export function csvLine(fields: string[], separator: Separator = ","): string {
+  return fields.map((f) => (f.includes(separator) || /["\r\n]|^\s|\s$/.test(f) ? `"${f.replaceAll('"', '""')}"` : f)).join(separator);
 }

@@ -7,7 +7,7 @@ import { isForbiddenKey, parseSafeJson } from "../http/safe-json.ts";
 import { MAX_IMPORT_RECORD_LENGTH } from "../limits/limits.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { printable } from "../shared/text.ts";
-import { CsvError, csvRecords } from "./csv.ts";
+import { CsvError, csvRecords, separatorOf, type Separator } from "./csv.ts";
 
 // From a file's rows to API items: which column feeds which contact or account field.
 
@@ -19,8 +19,12 @@ export interface SourceRow {
   original?: Record<string, unknown>;
   /** the CSV record as written, by position: values cannot tell apart columns with blank names */
   fields?: string[];
-  /** a JSON Lines line the API would refuse in any body (an integer past 2^53, a NUL, a duplicate key ...): the line as written and why */
-  refused?: { line: string; errors: FieldError[] };
+  /**
+   * why the row is refused whatever it holds: a JSON Lines line the API would refuse in any body (an
+   * integer past 2^53, a NUL, a duplicate key ...), with the line as written, or a CSV record with
+   * fewer fields than the header
+   */
+  refused?: { line?: string; errors: FieldError[] };
 }
 
 /**
@@ -29,9 +33,36 @@ export interface SourceRow {
  */
 export interface SourceFile {
   format: "csv" | "jsonl";
+  /** how many CSV records hold only empty cells (",,,", as spreadsheets write an emptied row): skipped, not rows */
+  skipped: number;
+  /** how a CSV file is written, so its invalid rows are written alike: Excel reads a CSV without a BOM as Windows-1252 */
+  style?: CsvStyle;
   columns: string[];
   rowCount: number;
   rows(): Iterable<SourceRow>;
+}
+
+/** CsvStyle is how a CSV file is written: whether it starts with a UTF-8 BOM, its separator and its line break (its first one). */
+export interface CsvStyle {
+  bom: boolean;
+  separator: Separator;
+  lineBreak: string;
+}
+
+/** csvStyle reads a CSV file's style from its first piece of text. */
+function csvStyle(start: string): CsvStyle {
+  return { bom: start.charCodeAt(0) === 0xfeff, separator: separatorOf(start), lineBreak: /\r\n|\n|\r/.exec(start)?.[0] ?? "\n" };
+}
+
+/** firstPiece is the first piece of a file's text ("" for an empty file), read alone. */
+function firstPiece(read: () => Iterable<string>): string {
+  const iterator = read()[Symbol.iterator]();
+  try {
+    const first = iterator.next();
+    return first.done ? "" : first.value;
+  } finally {
+    iterator.return?.();
+  }
 }
 
 /** CHUNK_BYTES is how much of the input file is read at a time. */
@@ -155,9 +186,10 @@ function firstInvalidByte(bytes: Uint8Array): number {
 export function readSourceFile(path: string, read: () => Iterable<string>): SourceFile {
   if (/\.jsonl$|\.ndjson$/i.test(path)) return readJsonLines(path, read);
   if (!/\.csv$/i.test(path)) throw new ConfigError(`import reads .csv or .jsonl files; ${path} is neither`);
+  const style = csvStyle(firstPiece(read));
   const records = function* () {
     try {
-      yield* csvRecords(read());
+      yield* csvRecords(read(), style.separator);
     } catch (error) {
       if (error instanceof CsvError) throw new ConfigError(`${path}: ${error.message}`);
       throw error;
@@ -173,7 +205,12 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
   const repeated = columns.findIndex((c, i) => c !== "" && columns.indexOf(c) !== i);
   if (repeated >= 0) throw new ConfigError(`${path}: the header names the column ${printable(JSON.stringify(columns[repeated]))} twice (columns ${columns.indexOf(columns[repeated]!) + 1} and ${repeated + 1}); rename one`);
   let rowCount = 0;
+  let skipped = 0;
   for (const { fields, line } of checked) {
+    if (emptyCells(fields)) {
+      skipped++;
+      continue;
+    }
     rowCount++;
     if (fields.length > columns.length) throw new ConfigError(`${path}: line ${line} (data row ${rowCount}) has ${fields.length} fields but the header names ${columns.length} columns`);
   }
@@ -181,10 +218,18 @@ export function readSourceFile(path: string, read: () => Iterable<string>): Sour
     let row = 0;
     const again = records();
     again.next();
-    for (const { fields } of again) yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields };
+    for (const { fields } of again) {
+      if (emptyCells(fields)) continue;
+      // Padded with empty cells, such a record (a line break outside quotes cuts one in two) was imported as two people, each part in the wrong columns.
+      const refused = fields.length < columns.length ? { errors: [{ pointer: "", detail: `has ${fields.length} fields where the header names ${columns.length} columns: a line break outside quotes, or cells left out` }] } : undefined;
+      yield { row: ++row, values: Object.fromEntries(columns.map((c, j) => [c, fields[j] ?? ""])), fields, ...(refused ? { refused } : {}) };
+    }
   }
-  return { format: "csv", columns, rowCount, rows };
+  return { format: "csv", skipped, style, columns, rowCount, rows };
 }
+
+/** emptyCells tells a record of empty cells only: an emptied spreadsheet row, which names nobody and would be an invalid row. */
+const emptyCells = (fields: string[]) => fields.every((field) => field.trim() === "");
 
 /**
  * jsonLines yields each non-blank line of JSON Lines text, given in pieces of any size, with its
@@ -262,7 +307,7 @@ function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
       yield { row: ++row, values: flattened(original), original, ...(refused ? { refused } : {}) };
     }
   }
-  return { format: "jsonl", columns: [...columns], rowCount, rows };
+  return { format: "jsonl", skipped: 0, columns: [...columns], rowCount, rows };
 }
 
 const CONTACT_TARGETS = ["email", "first_name", "last_name", "phone", "external_id", "tags"] as const;
@@ -280,22 +325,25 @@ const USUAL_HEADERS = new Map<string, Target>(Object.entries({
   externalid: "external_id", id: "external_id", sourceid: "external_id", contactid: "external_id", recordid: "external_id",
   tags: "tags", labels: "tags",
   company: "account.name", companyname: "account.name", account: "account.name", accountname: "account.name", organization: "account.name", organisation: "account.name",
-  domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain",
+  domain: "account.domain", companydomain: "account.domain", accountdomain: "account.domain", website: "account.domain", companywebsite: "account.domain", websiteurl: "account.domain",
 } satisfies Record<string, Target>));
 
 const squash = (header: string) => header.toLowerCase().replace(/[^a-z0-9]/g, "");
 
 /**
  * prefixedTarget maps a header that names its record first: "Contact Email" to email, "Account
- * Website" to account.domain. The prefix keeps to its record: "Account ID" or "Account Phone" is
- * the account's, not the contact's external_id or phone, so it is ignored (external ids of
- * different contacts would otherwise make them one).
+ * Website" to account.domain, and Pipedrive's "Person - Email - Work" (a qualifier after the
+ * field is dropped) and "Organization - Website" alike. The prefix keeps to its record: "Account
+ * ID" or "Account Phone" is the account's, not the contact's external_id or phone, so it is
+ * ignored (external ids of different contacts would otherwise make them one); a contact's
+ * company ("Person - Organization") is its account's name.
  */
 function prefixedTarget(column: string): Target | undefined {
-  const prefixed = /^(contact|account)\W*(.+)$/i.exec(column);
+  const prefixed = /^(contact|person|account|organi[sz]ation|company)\W*(.+?)(\W+(work|home|mobile|other))?$/i.exec(column);
   if (!prefixed) return undefined;
   const target = USUAL_HEADERS.get(squash(prefixed[2]!));
-  return target && target.startsWith("account.") === (prefixed[1]!.toLowerCase() === "account") ? target : undefined;
+  const ofAccount = !/^(contact|person)$/i.test(prefixed[1]!);
+  return target && (target.startsWith("account.") === ofAccount || (!ofAccount && target === "account.name")) ? target : undefined;
 }
 
 /**

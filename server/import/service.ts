@@ -11,9 +11,9 @@ import { createOwnerOnlyFile, statIfThere } from "../shared/files.ts";
 import { cutTo, printable } from "../shared/text.ts";
 import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
-import { csvLine } from "./csv.ts";
+import { csvLine, SEPARATORS } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
@@ -33,6 +33,8 @@ export interface ImportOptions {
 
 export interface ImportSummary {
   rows: number;
+  /** records of empty cells only, not counted in rows (SourceFile.skipped) */
+  skipped: number;
   created: number;
   updated: number;
   unchanged: number;
@@ -55,7 +57,7 @@ interface InvalidRow {
 
 /** errorLines names each error by the column it comes from: "Email: must be an email address ...". */
 const errorLines = (map: ColumnMap, errors: FieldError[], prefix = "") => errors.map((e) => `${e.pointer ? columnOf(map, prefix + e.pointer) : prefix ? "account" : "row"}: ${e.detail}`);
-/** lineErrorLines names each error of a refused JSON Lines line by the column it is in: "/custom_fields/meta/constructor" is in custom_fields.meta. */
+/** lineErrorLines names each error of a refused JSON Lines line (or CSV record) by the column it is in: "/custom_fields/meta/constructor" is in custom_fields.meta. */
 const lineErrorLines = (errors: FieldError[]) => errors.map((e) => `${e.pointer ? e.pointer.slice(1).split("/").slice(0, 2).join(".") : "line"}: ${e.detail}`);
 /** withinItem drops the /items/N part of a batch error's pointer: what is left points into the item. */
 const withinItem = (errors: FieldError[] = []) => errors.map((e) => ({ ...e, pointer: e.pointer?.replace(/^\/items\/\d+/, "") }));
@@ -72,6 +74,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   const { map, ignored } = columnMap(source.columns, options.map);
   const invalidFile = checkedInvalidFile(options, source.format);
   const note = (line: string) => options.progress.write(`${line}\n`);
+  if (source.style && source.style.separator !== ",") note(`read as ${SEPARATORS[source.style.separator]}-separated: the header has no comma`);
   // The column names are the file's: escaped, a header cannot act on the operator's terminal.
   note(`columns: ${[...map].map(([column, target]) => `${printable(column)} -> ${printable(target)}`).join(", ") || "none mapped"}${ignored.length ? `; ignored: ${ignored.map(printable).join(", ")}` : ""}`);
   const trial = options.trial && !options.dryRun;
@@ -79,7 +82,7 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   // Read again on each call, one row at a time: the file's rows are never all held at once.
   const rows = () => importRows(source, map, rowCount);
   const invalid: InvalidRow[] = [];
-  const summary: ImportSummary = { rows: rowCount, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
+  const summary: ImportSummary = { rows: rowCount, skipped: trial ? 0 : source.skipped, created: 0, updated: 0, unchanged: 0, invalid: 0, invalidFile: null, invalidFileError: null };
 
   const readAsNone = new ReadAsNone();
   if (options.dryRun) {
@@ -363,16 +366,19 @@ function checkedInvalidFile(options: ImportOptions, format: SourceFile["format"]
 async function finish(path: string, source: SourceFile, invalid: InvalidRow[], summary: ImportSummary): Promise<ImportSummary> {
   if (invalid.length === 0) return summary;
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
-  const lines = source.format === "csv" ? [csvLine([...source.columns, "import_row", "import_errors"])] : [];
+  // An invalid-rows file imported again has the two columns already: added twice, its own invalid rows could not be imported.
+  const header = [...source.columns, ...["import_row", "import_errors"].filter((column) => !source.columns.includes(column))];
+  const style: CsvStyle = source.style ?? { bom: false, separator: ",", lineBreak: "\n" };
+  const lines = source.format === "csv" ? [csvLine(header, style.separator)] : [];
   const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
   try {
     for (const { row, fields, original, refused } of source.rows()) {
       const errors = errorsOf.get(row);
       if (!errors) continue;
-      if (source.format === "csv") lines.push(csvLine([...source.columns.map((_, j) => fields?.[j] ?? ""), String(row), errors.join("; ")]));
+      if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors), style.separator));
       // A refused line is kept as written (JSON.parse would have rounded its large integers).
-      else if (refused) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
-      else lines.push(JSON.stringify({ ...original, import_row: row, import_errors: errors }));
+      else if (refused?.line !== undefined) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
+      else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
     }
   } catch (error) {
     // Changed once its rows were sent, the file no longer holds the rows that were refused; the rest is imported all the same.
@@ -382,12 +388,25 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   try {
     // The rows are customer data: the owner's only, like every file the service writes.
     createOwnerOnlyFile(path);
-    await Bun.write(path, `${lines.join("\n")}\n`);
+    // Written as the input was (Excel in a German locale reads commas as one column): without its BOM, Excel would show "René" as "RenÃ©", and a fix saved as "CSV UTF-8" would import that.
+    await Bun.write(path, `${style.bom ? "\uFEFF" : ""}${lines.join(style.lineBreak)}${style.lineBreak}`);
   } catch (error) {
     // Checked writable up front, it can still fail (a full disk): the rows are imported all the same.
     return unwritten((error as Error).message);
   }
   return { ...summary, invalidFile: path };
+}
+
+/**
+ * invalidCells is an invalid row's line in its file: its fields as written, then its import_row and
+ * import_errors. A row that has an import_row already (from an invalid-rows file) keeps it, the
+ * number in the file first imported, the one the operator knows; its errors are the latest.
+ */
+function invalidCells(header: string[], fields: string[], row: number, errors: string[]): string[] {
+  const cells = header.map((_, j) => fields[j] ?? "");
+  cells[header.indexOf("import_row")] ||= String(row);
+  cells[header.indexOf("import_errors")] = errors.join("; ");
+  return cells;
 }
 
 /** appendedTo adds members to the text of a JSON object as written: `{"a": 1}` becomes `{"a": 1,"b":2}`. */

@@ -36,8 +36,10 @@ export function withoutNul(text: string): string {
  * uppercases to SS), the ligature ﬀ and FF, final and medial sigma. NFC again at the end: a letter
  * that uppercases to several (ΐ to Ϊ́) comes back decomposed. The key cannot know a name's
  * language, so Turkish İ, I, ı and i are one letter: İ lowercases to i with a combining dot,
- * dropped, and ı uppercases to I (ISTANBUL finds İstanbul).
+ * dropped, and ı uppercases to I (ISTANBUL finds İstanbul). White space is folded too (migration
+ * 0050): each run of it, a no-break space (names pasted from web pages) or a doubled space, is one
+ * space, and none at either end, so names that look alike in every list are one name.
  */
 export function nameKey(name: string): string {
-  return name.normalize("NFC").toLowerCase().toUpperCase().toLowerCase().replaceAll("i\u0307", "i").normalize("NFC");
+  return name.normalize("NFC").replace(/\p{White_Space}+/gu, " ").trim().toLowerCase().toUpperCase().toLowerCase().replaceAll("i\u0307", "i").normalize("NFC");
 }

@@ -15,6 +15,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, OLD_ACCOUNT_NAMES, joinedNameWarnings, oldNameKey, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
+import { WHITE_SPACE_ROWS, WHITE_SPACE_WARNINGS, storeNamesBeforeWhiteSpace, whiteSpaceRows } from "../support/names-before-white-space.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 
@@ -195,6 +196,16 @@ describe("migrations: data", () => {
     const { token } = await createApiToken(db, "t");
     const app = createApp(await createRuntime({ db, config: { ...DEFAULT_CONFIG, dataDir: dir, logLevel: "error" }, log: createLogger("error") }));
     expect(await readAfterKeys(app, token)).toEqual(READ_AFTER_KEYS);
+  });
+
+  test("0051 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0051_names_keyed_with_white_space_folded.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeNamesBeforeWhiteSpace(db);
+    const warnings: unknown[] = [];
+    expect(migrate(db.sqlite, MIGRATIONS, { warn: (...warning) => warnings.push(warning) })).toEqual(MIGRATIONS.slice(version).map((m) => m.name));
+    expect(await whiteSpaceRows(db)).toEqual(WHITE_SPACE_ROWS);
+    expect(warnings).toEqual(WHITE_SPACE_WARNINGS);
   });
 
   test("0048 drops the trailing dot of the domains that are host names spelt with one, with no new version or event, warning of a domain it gives accounts that another had; a domain that is no host name is left as it is, and named in a warning", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { CsvError, csvLine, csvRecords, parseCsv } from "../../server/import/csv.ts";
+import { CsvError, csvLine, csvRecords, parseCsv, separatorOf } from "../../server/import/csv.ts";
 import { ConfigError } from "../../server/config.ts";
 import { columnMap, readSourceFile, toImportRow } from "../../server/import/rows.ts";
 import { MAX_IMPORT_RECORD_LENGTH } from "../../server/limits/limits.ts";
@@ -22,6 +22,17 @@ describe("CSV: happy paths", () => {
   test("csvLine writes what parseCsv reads back", () => {
     const fields = ["plain", "with, comma", 'with "quote"', "two\nlines", " padded ", "", "Zoë"];
     expect(parseCsv(csvLine(fields))).toEqual([fields]);
+  });
+});
+
+describe("CSV: separators", () => {
+  test("a header with no comma outside quotes names its separator, the semicolon or tab it has more of; a file is read, piece by piece, and written with it", () => {
+    expect(["a,b;c", '"a;b",c', "a;b;c\tx", "a\tb", '"x,y";z', "\uFEFFE-Mail;Name\r\nx,y;z\r\n", "Email", ""].map(separatorOf)).toEqual([",", ",", ";", "\t", ";", ";", ",", ","]);
+    const text = '\uFEFFName;Notes\r\n"Weiß; Söhne";a, b\r\n"x ""y""";\r\n';
+    const whole = Array.from(csvRecords([text], ";"), (record) => record.fields);
+    expect(whole).toEqual([["Name", "Notes"], ["Weiß; Söhne", "a, b"], ['x "y"', ""]]);
+    expect(whole.map((fields) => csvLine(fields, ";"))).toEqual(["Name;Notes", '"Weiß; Söhne";a, b', '"x ""y""";']);
+    for (let at = 0; at <= text.length; at++) expect(Array.from(csvRecords([text.slice(0, at), text.slice(at)], ";"), (record) => record.fields)).toEqual(whole);
   });
 });
 

@@ -121,6 +121,19 @@ describe("crm import contacts: happy paths", () => {
   }, 60_000);
 });
 
+describe("crm import contacts: other CRMs' exports", () => {
+  test("a Pipedrive people export (Person - and Organization - prefixes, a - Work qualifier) and HubSpot's Website URL map their columns", async () => {
+    const pipedrive = await importText("pipedrive.csv", '"Person - ID","Person - Name","Person - First name","Person - Last name","Person - Email - Work","Person - Email - Home","Person - Phone - Work","Person - Organization","Organization - Website"\n"17","Jana Nováková","Jana","Nováková","jana@firma.cz","jana@doma.cz","+420 601 123 456","Firma s.r.o.","https://www.firma.cz/"\n');
+    expect([pipedrive.code, pipedrive.stderr.split("\n")[0]]).toEqual([0, "columns: Person - ID -> external_id, Person - First name -> first_name, Person - Last name -> last_name, Person - Email - Work -> email, Person - Phone - Work -> phone, Person - Organization -> account.name, Organization - Website -> account.domain; ignored: Person - Name, Person - Email - Home"]);
+    const hubspot = await importText("hubspot.csv", "Record ID,Email,Company Name,Website URL\n901,pat@acme.example,Acme,acme.example\n");
+    expect([hubspot.code, hubspot.stderr.split("\n")[0]]).toEqual([0, "columns: Record ID -> external_id, Email -> email, Company Name -> account.name, Website URL -> account.domain"]);
+    expect(await server.db.all("SELECT c.external_id, c.email, c.first_name, c.last_name, c.phone, a.name, a.domain FROM contacts c JOIN contact_accounts ca ON ca.contact_id = c.id JOIN accounts a ON a.id = ca.account_id ORDER BY c.email")).toEqual([
+      { external_id: "17", email: "jana@firma.cz", first_name: "Jana", last_name: "Nováková", phone: "+420 601 123 456", name: "Firma s.r.o.", domain: "www.firma.cz" },
+      { external_id: "901", email: "pat@acme.example", first_name: null, last_name: null, phone: null, name: "Acme", domain: "acme.example" },
+    ]);
+  }, 60_000);
+});
+
 describe("crm import contacts: rows neither lost nor merged", () => {
   test("an account's columns (Account ID, Account Phone) never feed the contact's fields: three contacts stay three", async () => {
     const file = join(server.dir, "accounts-columns.csv");
@@ -299,6 +312,15 @@ describe("crm import contacts: rows neither lost nor merged", () => {
     expect([await server.count("accounts"), accounts]).toEqual([1, [["a@example.com", "Großhandel Süd GmbH"], ["b@example.com", "Großhandel Süd GmbH"]]]);
   }, 60_000);
 
+  test("a company name with a no-break space or a doubled space (pasted from a web page, typed twice) is the account of its usual spelling, in an import and a batch upsert: one account", async () => {
+    const res = await importText("spaces.csv", "Email,Company\na@example.com,Acme GmbH\nb@example.com,Acme\u00a0GmbH\nc@example.com,Acme  GmbH\n");
+    expect([res.code, res.stdout, res.stderr.split("\n")[1]]).toEqual([0, "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n", "accounts: 1 created or found"]);
+    const token = readFileSync(server.tokenFile, "utf8").trim();
+    const batch = await fetch(`${server.url}/public/v1/accounts/batch`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ items: [{ name: "ACME\u2003 GMBH " }] }) });
+    expect(((await batch.json()) as { data: { status: string }[] }).data.map((result) => result.status)).toEqual(["updated"]);
+    expect([await server.count("accounts"), (await contactAccounts()).map((row) => row.email)]).toEqual([1, ["a@example.com", "b@example.com", "c@example.com"]]);
+  }, 60_000);
+
   test("a row the server's body parser refuses (a NUL in a cell, a company name with one) is an invalid row; every other row is imported", async () => {
     const file = join(server.dir, "nul.csv");
     const rows = Array.from({ length: 250 }, (_, i) => `d${i + 1}@example.com,${i + 1 === 150 ? "Nu\u0000l" : "N"},${i + 1 === 200 ? "Bad\u0000Co" : ""}`);
@@ -428,6 +450,43 @@ describe("crm import contacts: accounts", () => {
   }, 60_000);
 });
 
+describe("crm import contacts: the invalid-rows file, fixed and imported again", () => {
+  test("it is written as the input was: a UTF-8 BOM (Excel then opens it as UTF-8, not Windows-1252) and CRLF when the input has them, neither when it has not", async () => {
+    const bad = "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("excel.csv", "\uFEFFEmail,First name,Company\r\njose@example.com,José,Café Müller GmbH\r\nrene(at)example.com,René,Café Müller GmbH\r\n")).code).toBe(1);
+    expect(readFileSync(join(server.dir, "excel.invalid.csv"), "utf8")).toBe(`\uFEFFEmail,First name,Company,import_row,import_errors\r\nrene(at)example.com,René,Café Müller GmbH,2,"${bad}"\r\n`);
+    expect((await importText("plain.csv", "Email,First name\nrene(at)example.com,René\n")).code).toBe(1);
+    expect(readFileSync(join(server.dir, "plain.invalid.csv"), "utf8")).toBe(`Email,First name,import_row,import_errors\nrene(at)example.com,René,1,"${bad}"\n`);
+  }, 60_000);
+
+  test("an invalid-rows file's own invalid rows keep one import_row (the first file's) and one import_errors (the latest), so their file imports too", async () => {
+    const bad = "Email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("people.csv", "Email,First name\ngood@example.com,Good\nbad-one,One\nbad-two,Two\n")).code).toBe(1);
+    const first = readFileSync(join(server.dir, "people.invalid.csv"), "utf8");
+    expect((await importText("people.invalid.csv", first.replace("bad-one", "one@example.com"))).code).toBe(1);
+    const second = readFileSync(join(server.dir, "people.invalid.invalid.csv"), "utf8");
+    expect(second).toBe(`Email,First name,import_row,import_errors\nbad-two,Two,3,"${bad}"\n`);
+    const res = await importText("people.invalid.invalid.csv", second.replace("bad-two", "two@example.com"));
+    expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
+    expect(await server.count()).toBe(3);
+  }, 60_000);
+});
+
+describe("crm import contacts: separators", () => {
+  test("a semicolon-separated file (Excel's \"CSV\" in a German locale) or a tab-separated one is read with its separator, said on stderr; its invalid rows are written with it", async () => {
+    const bad = "E-Mail: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    const de = await importText("de.csv", '\uFEFFVorname;Nachname;E-Mail;Firma\r\nJürgen;Weiß;juergen@example.de;"Weiß; Söhne AG"\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co\r\n', "--map", "Firma=account.name");
+    expect([de.code, de.stderr.split("\n").slice(0, 2)]).toEqual([1, ["read as semicolon-separated: the header has no comma", "columns: E-Mail -> email, Firma -> account.name; ignored: Vorname, Nachname"]]);
+    expect(readFileSync(join(server.dir, "de.invalid.csv"), "utf8")).toBe(`\uFEFFVorname;Nachname;E-Mail;Firma;import_row;import_errors\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co;2;${bad}\r\n`);
+    const tab = await importText("tab.csv", "Email\tFirst name\tCompany\ntab@example.com\tTabitha\tTab, Inc.\n");
+    expect([tab.code, tab.stderr.split("\n").slice(0, 2)]).toEqual([0, ["read as tab-separated: the header has no comma", "columns: Email -> email, First name -> first_name, Company -> account.name"]]);
+    expect(await contactAccounts()).toEqual([
+      { email: "juergen@example.de", name: "Weiß; Söhne AG", domain: null },
+      { email: "tab@example.com", name: "Tab, Inc.", domain: null },
+    ]);
+  }, 60_000);
+});
+
 describe("crm import contacts: rows refused locally", () => {
   test("a row refused locally (a bad email, nobody named) creates no account; a row with only an external id, which only the server can judge, still brings its own", async () => {
     const first = join(server.dir, "linked.csv");
@@ -449,13 +508,35 @@ describe("crm import contacts: rows refused locally", () => {
     ]);
   }, 60_000);
 
-  test("--dry-run refuses what every real import refuses, a row naming nobody: an empty row, a JSON Lines {}, a file where no column maps", async () => {
+  test("rows of empty cells (,,, as spreadsheets write emptied rows) are skipped, not invalid rows, and the summary counts them", async () => {
+    const file = join(server.dir, "emptied.csv");
+    writeFileSync(file, "Email,First name,Last name,Company\r\na@example.com,A,One,\r\n,,,\r\nb@example.com,B,Two,\r\n, ,,\r\n,,,\r\n");
+    const dry = await runImport([file, "--dry-run"]);
+    expect([dry.code, dry.stdout]).toEqual([0, "dry run, nothing sent: 2 rows: valid 2, invalid 0; skipped 3 rows of empty cells\n"]);
+    const real = await runImport([file, ...apiArgs()]);
+    expect([real.code, real.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0; skipped 3 rows of empty cells\n"]);
+    expect(await server.count()).toBe(2);
+  }, 60_000);
+
+  test("a record with fewer fields than the header (a line break outside quotes cut it in two) is an invalid row naming its field count, not a contact padded with empty cells", async () => {
+    const file = join(server.dir, "split.csv");
+    writeFileSync(file, "First name,Last name,Notes,Email\r\nAnn,Lee,met at the fair\r\ncalled back,ann.lee@example.com\r\nBob,Ray,,bob.ray@example.com\r\n");
+    const short = (n: number) => `"line: has ${n} fields where the header names 4 columns: a line break outside quotes, or cells left out"`;
+    const invalidRows = `First name,Last name,Notes,Email,import_row,import_errors\r\nAnn,Lee,met at the fair,,1,${short(3)}\r\ncalled back,ann.lee@example.com,,,2,${short(2)}\r\n`;
+    const dry = await runImport([file, "--dry-run", "--invalid-file", join(server.dir, "dry.invalid.csv")]);
+    expect([dry.code, dry.stdout.split("\n")[0], readFileSync(join(server.dir, "dry.invalid.csv"), "utf8")]).toEqual([1, "dry run, nothing sent: 3 rows: valid 1, invalid 2", invalidRows]);
+    const real = await runImport([file, ...apiArgs()]);
+    expect([real.code, real.stdout.split("\n")[0], readFileSync(join(server.dir, "split.invalid.csv"), "utf8")]).toEqual([1, "imported: 3 rows: created 1, updated 0, unchanged 0, invalid 2", invalidRows]);
+    expect(await server.db.all("SELECT first_name, last_name, email FROM contacts")).toEqual([{ first_name: "Bob", last_name: "Ray", email: "bob.ray@example.com" }]);
+  }, 60_000);
+
+  test("--dry-run refuses what every real import refuses, a row naming nobody: a row of an ignored column only, a JSON Lines {}, a file where no column maps", async () => {
     const nobody = "row: needs at least one of email, first_name, last_name, phone";
     // name, content, invalid-rows file
     const files: [string, string, string][] = [
-      ["empty-row.csv", "Email,First name\n,\nann@example.com,Ann\n", `Email,First name,import_row,import_errors\n,,1,"${nobody}"\n`],
+      ["notes-only.csv", "Email,First name,Notes\n,,met at the fair\nann@example.com,Ann,\n", `Email,First name,Notes,import_row,import_errors\n,,met at the fair,1,"${nobody}"\n`],
       ["empty-object.jsonl", '{}\n{"email": "bob@example.com"}\n', `${JSON.stringify({ import_row: 1, import_errors: [nobody] })}\n`],
-      ["none-mapped.csv", "Email;Name\ncid@example.com;Cid\n", `Email;Name,import_row,import_errors\ncid@example.com;Cid,1,"${nobody}"\n`],
+      ["none-mapped.csv", "E-Post,Navn\ncid@example.com,Cid\n", `E-Post,Navn,import_row,import_errors\ncid@example.com,Cid,1,"${nobody}"\n`],
     ];
     const invalidRows = (path: string) => (existsSync(path) ? readFileSync(path, "utf8") : null);
     for (const [name, content, invalid] of files) {

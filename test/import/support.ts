@@ -118,7 +118,7 @@ export function writeContactsCsv(dir: string, rows = 5000, name = "contacts.csv"
     records.push(again);
   }
   const path = join(dir, name);
-  writeFileSync(path, `\uFEFF${[header, ...records].map(csvLine).join("\r\n")}\r\n`);
+  writeFileSync(path, `\uFEFF${[header, ...records].map((record) => csvLine(record)).join("\r\n")}\r\n`);
   return { path, rows, header, records, badRows, expected: { created, updated, unchanged, invalid: badRows.length } };
 }
 

@@ -17,6 +17,7 @@ import { writeSecretsKeyFile } from "../support/backend.ts";
 import { JOINED_NAME_WARNINGS, NEW_NAME_KEYS, joinedNameWarnings, storeAccountsKeyedTheOldWay } from "../support/account-name-keys.ts";
 import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc } from "../support/nfd-before-upgrade.ts";
 import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
+import { WHITE_SPACE_ROWS, WHITE_SPACE_WARNINGS, storeNamesBeforeWhiteSpace, whiteSpaceRows } from "../support/names-before-white-space.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
@@ -234,6 +235,16 @@ describe("postgres migrations: data, account names keyed the old way after 0034"
 });
 
 describe("postgres migrations: data, account domains", () => {
+  test("0051 folds the white space of the account names' keys and the contact names' sort keys (a no-break space, a doubled space, spaces at the ends), on the tag and account rows too, with no new version or event, warning of the accounts it gives one key", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 50));
+    await storeNamesBeforeWhiteSpace(old);
+    const warnings: unknown[] = [];
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS, (...warning) => warnings.push(warning))).toEqual(POSTGRES_MIGRATIONS.filter((m) => m.version >= 50).map((m) => m.name));
+    expect(await whiteSpaceRows(old)).toEqual(WHITE_SPACE_ROWS);
+    expect(warnings).toEqual(WHITE_SPACE_WARNINGS);
+  });
+
   test("0048 drops the trailing dot of the domains that are host names spelt with one, with no new version or event, warning of a domain it gives accounts that another had; a domain that is no host name is left as it is, and named in a warning", async () => {
     const old = await freshPostgres();
     await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 48));

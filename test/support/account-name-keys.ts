@@ -48,7 +48,7 @@ export const joinedNameWarnings = (migration: string): [string, Record<string, u
     [{ id: "acc_7", name: "İSTANBUL GIDA" }, { id: "acc_a", name: "Istanbul Gıda" }],
     [{ id: "acc_8", name: "Straße Logistik AG" }, { id: "acc_9", name: "STRASSE LOGISTIK AG" }],
   ].map((accounts) => [
-    "migration: these accounts' names are one name under the new case folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)",
+    "migration: these accounts' names are one name under the new case or white space folding, so a batch upsert or crm import of that name without a domain now refuses it as matching several accounts: rename or delete all but one (README, Upgrading)",
     { migration, accounts },
   ]);
 
