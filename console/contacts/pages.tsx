@@ -1,6 +1,7 @@
 /** @jsxImportSource preact */
 import type { ErasableResource } from "../../server/tombstones/service.ts";
 import type { Delivery } from "../../server/webhooks/model.ts";
+import type { Contact } from "../../server/contacts/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import type { ConsoleSession } from "../model.ts";
 import { confirmPage } from "../pages/forms.tsx";
@@ -115,7 +116,7 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
       <>
         <div class="page-head">
           <h1>Contacts</h1>
-          <p class="lead">Read-only: contacts change through the API. Open one to see every event sent about it.</p>
+          <p class="lead">Contacts change through the API. Open one to see every event sent about it, or to delete it for an erasure request.</p>
         </div>
         <form class="filters card" method="post" action="/console/contacts" role="search">
           <CsrfField token={props.session.csrfToken} />
@@ -244,7 +245,7 @@ function Deleted({ resource, id }: { resource: ErasableResource; id: string }) {
   );
 }
 
-/** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each; a deleted one's page offers to erase them. */
+/** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each; a live one's page offers to delete it (deleteContactPage asks first), a deleted one's to erase its events. */
 export function contactPage(props: { session: ConsoleSession; view: ContactPageView; eventLimit: number; notice?: NoticeData | null }): string {
   const { contact, events, id } = props.view;
   const name = contact ? contactName(contact) : id;
@@ -314,6 +315,12 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
                 <pre class="code">{JSON.stringify(contact.custom_fields, null, 2)}</pre>
               </>
             )}
+            <p class="actions delete-action">
+              <a class="button danger" href={`/console/contacts/${contact.id}/delete`}>
+                Delete…
+              </a>
+              <span class="hint">For an erasure request: deleted as the API's delete does (contact.deleted is sent), its page then offers to erase its events.</span>
+            </p>
           </section>
         ) : (
           <Deleted resource="contact" id={id} />
@@ -375,5 +382,28 @@ export function eraseRecordPage(props: { session: ConsoleSession; resource: Eras
     action: `/console/${resource}s/${id}/erase`,
     button: `Erase the events of ${id}`,
     cancel: `/console/${resource}s/${id}`,
+  });
+}
+
+/** deleteContactPage asks to confirm deleting a live contact (the API's DELETE /contacts/:id): what goes, what its subscribers are sent, and the Erase that follows for an erasure request. */
+export function deleteContactPage(props: { session: ConsoleSession; contact: Contact }): string {
+  const { contact } = props;
+  const name = shownFullName(contact);
+  return confirmPage({
+    session: props.session,
+    section: "contacts",
+    title: "Delete the contact?",
+    formKey: crypto.randomUUID(),
+    text: (
+      <p>
+        Delete the contact {name && <bdi>{name}</bdi>}
+        {name && " "}({contact.email && `${bidiBalanced(contact.email)}, `}
+        <code>{contact.id}</code>)? Its subscribers are sent <code>contact.deleted</code>. For an erasure request, then erase what its earlier events hold of it: its page offers that once it
+        is deleted. This cannot be undone.
+      </p>
+    ),
+    action: `/console/contacts/${contact.id}/delete`,
+    button: `Delete ${contact.id}`,
+    cancel: `/console/contacts/${contact.id}`,
   });
 }

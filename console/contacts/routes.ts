@@ -1,5 +1,6 @@
 import { Elysia, t } from "elysia";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
+import { originOf } from "../../server/http/request-log.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import type { Erasure } from "../../server/tombstones/model.ts";
@@ -10,8 +11,16 @@ import type { ConsoleSession } from "../model.ts";
 import { expiredNotice, secretNotice } from "../pages/forms.tsx";
 import type { NoticeData } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, countOf, field, IdParam, OptionalForm, signedInConsole } from "../shell.ts";
-import { accountPage, contactPage, contactsPage, eraseRecordPage } from "./pages.tsx";
-import { accountPage as accountView, contactPage as contactView, contactsPage as contactsView, eraseFromForm, EVENTS_ON_CONTACT } from "./service.ts";
+import { accountPage, contactPage, contactsPage, deleteContactPage, eraseRecordPage } from "./pages.tsx";
+import {
+  accountPage as accountView,
+  contactPage as contactView,
+  contactsPage as contactsView,
+  contactToDelete,
+  deleteContactFromForm,
+  eraseFromForm,
+  EVENTS_ON_CONTACT,
+} from "./service.ts";
 
 const ContactsQuery = t.Object(
   {
@@ -46,8 +55,8 @@ type ContactsFilter = { q?: string; before?: string; assigned_user_id?: string }
 
 /**
  * contactRoutes are the contacts pages: a search by name or email, a contact (or an account) with
- * everything sent about it, and, for a deleted one, the erasure of its earlier events (asked first,
- * once per form key, through the API's erasure). The page's filter posts what was typed, and its answer is a redirect to
+ * everything sent about it, for a live contact its delete and, for a deleted one, the erasure of its
+ * earlier events (each asked first, once per form key, through the API's delete and erasure). The page's filter posts what was typed, and its answer is a redirect to
  * the page with the text sealed in its address (`?s=`, sealedAddress), as the search box's is: a
  * token pasted there by mistake is in no address. The address with the text itself (`?q=`) is kept
  * for links; the other pages of a list filtered by text are at sealed addresses too.
@@ -106,6 +115,23 @@ export function contactRoutes(rt: Runtime) {
       "/accounts/:id",
       async ({ session, params, query }) => htmlResponse(accountPage({ session, view: await accountView(db, params.id), eventLimit: EVENTS_ON_CONTACT, notice: erasedNotice(query) })),
       { params: IdParam, query: ErasedQuery },
+    )
+    // Once deleted, the contact's page is where its delete leads: it says so and offers Erase.
+    .get(
+      "/contacts/:id/delete",
+      async ({ session, params }) => {
+        const contact = await contactToDelete(db, params.id);
+        return contact ? htmlResponse(deleteContactPage({ session, contact })) : redirect(`${CONSOLE_PREFIX}/contacts/${params.id}`);
+      },
+      { params: IdParam },
+    )
+    .post(
+      "/contacts/:id/delete",
+      async ({ request, session, params, body }) => {
+        await deleteContactFromForm(rt, session, params.id, field(body, "form_key"), originOf(request));
+        return redirect(`${CONSOLE_PREFIX}/contacts/${params.id}`);
+      },
+      { params: IdParam, body: OptionalForm },
     )
     .get("/contacts/:id/erase", ({ session, params }) => askErase(session, "contact", params.id), { params: IdParam })
     .get("/accounts/:id/erase", ({ session, params }) => askErase(session, "account", params.id), { params: IdParam })

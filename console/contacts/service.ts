@@ -2,11 +2,13 @@ import type { Database, ReaderName } from "../../server/db/sql.ts";
 import type { Account } from "../../server/accounts/model.ts";
 import { findAccount } from "../../server/accounts/service.ts";
 import type { Contact } from "../../server/contacts/model.ts";
-import { findContact, searchContacts } from "../../server/contacts/service.ts";
+import { deleteContact, findContact, searchContacts } from "../../server/contacts/service.ts";
 import { unknownParameterErrors } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
-import { notFound, validationProblem } from "../../server/shared/problem.ts";
+import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
+import type { ChangeOrigin } from "../../server/shared/made-by.ts";
+import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import type { User } from "../../server/users/model.ts";
 import { getUser } from "../../server/users/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
@@ -100,4 +102,28 @@ export async function accountPage(db: Database, id: string): Promise<AccountPage
 export async function eraseFromForm(rt: Runtime, session: ConsoleSession, resource: ErasableResource, id: string, formKey: string): Promise<Erasure> {
   const done = await onceForForm(rt, { session, path: `/console/${resource}s/${id}/erase`, key: formKey, values: {} }, (scope) => eraseDeletedRecord(rt.db, resource, id, rt.batchRows, scope));
   return done.body.data;
+}
+
+/** contactToDelete returns the live contact a delete's confirmation names, or null once it is deleted (its page says so and offers Erase); throws 404 as contactPage does. */
+export async function contactToDelete(db: Database, id: string): Promise<Contact | null> {
+  return (await contactPage(db, id)).contact;
+}
+
+/**
+ * deleteContactFromForm deletes a contact once per form key, through the API's delete (deleteContact,
+ * so its subscribers are sent contact.deleted, made by the console's request `origin`), its answer
+ * recorded in the delete's commit: the confirmation sent again (a double click) answers as the first
+ * did. One that finds the contact deleted already (another tab's, the API's) is done too: what it asked for holds.
+ */
+export async function deleteContactFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, origin: ChangeOrigin): Promise<void> {
+  const done = { status: 200, body: { deleted: id } };
+  await onceForForm(rt, { session, path: `/console/contacts/${id}/delete`, key: formKey, values: {} }, async (scope) => {
+    try {
+      await deleteContact(rt, id, null, origin, (tx, now) => saveIdempotentResponse(tx, scope, done.status, done.body, now));
+    } catch (error) {
+      if (!(error instanceof ProblemError && error.status === 404)) throw error;
+      if ((await contactToDelete(rt.db, id)) !== null) throw error;
+    }
+    return done;
+  });
 }

@@ -429,8 +429,11 @@ async function upsertContact(db: Db, input: ContactInput, now: number, origin: C
 /** CONTACT_BATCH upserts contacts in POST /contacts/batch: keyed by external_id, else (or when no contact has it) email. */
 export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { itemErrors: contactItemErrors, upsert: upsertContact };
 
-/** deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit. */
-export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<void> {
+/**
+ * deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit;
+ * `finish` runs in that commit too (the console records its form's answer there).
+ */
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null, finish: (tx: Db, now: number) => Promise<void> = async () => {}): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findContactById(tx, id);
@@ -440,6 +443,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     await withdrawIdempotencyRecordsOf(tx, { resource: "contact", id });
     await insertTombstone(tx, "contact", id, now, current.version + 1);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
+    await finish(tx, now);
   });
 }
 

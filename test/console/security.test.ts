@@ -10,7 +10,7 @@ import { addOperator, ConsoleClient, expectSecurityHeaders, OPERATOR } from "./s
 // One console with data on every page: a subscription, a delivery, a rotation, a token, a user.
 let h: Harness;
 let client: ConsoleClient;
-let ids: { subscription: string; delivery: string; rotation: string; token: string; user: string; gone: string };
+let ids: { subscription: string; delivery: string; rotation: string; token: string; user: string; live: string; gone: string };
 let consoleToken: string;
 
 const count = async (table: string) => (await h.rt.db.get<{ n: number }>(`SELECT count(*) AS n FROM ${table}`))!.n;
@@ -22,7 +22,7 @@ beforeAll(async () => {
   client = new ConsoleClient((r) => h.app.handle(r));
   await client.signIn();
   const sub = await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://127.0.0.1:9/old", description: "Old receiver", events: ["contact.created"] } });
-  await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } });
+  const ada = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } });
   const deliveries = await h.json("GET", "/public/v1/webhook-deliveries");
   await client.get(`/console/rotations/new?from=${sub.body.data.id}`);
   const rotation = await client.post("/console/rotations", { from: sub.body.data.id, target_url: "http://127.0.0.1:9/new", description: "New receiver", events: ["contact.created"] });
@@ -39,6 +39,7 @@ beforeAll(async () => {
     rotation: (await h.rt.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations"))!.id,
     token: (await h.rt.db.get<{ id: string }>("SELECT id FROM api_tokens WHERE name = ?", ["made in the console"]))!.id,
     user: (await h.rt.db.get<{ id: string }>("SELECT id FROM users"))!.id,
+    live: ada.body.data.id,
     gone: (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Gone", email: "gone@example.com" } })).body.data.id,
   };
   expect((await h.request("DELETE", `/public/v1/contacts/${ids.gone}`)).status).toBe(204);
@@ -63,6 +64,8 @@ function pages(): string[] {
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
     `/console/users/${ids.user}/delete`,
+    `/console/contacts/${ids.live}`,
+    `/console/contacts/${ids.live}/delete`,
     `/console/contacts/${ids.gone}`,
     `/console/contacts/${ids.gone}/erase`,
     "/console/no-such-page",
@@ -82,6 +85,7 @@ function postRoutes(): string[] {
     `/console/tokens/${ids.token}/revoke`,
     "/console/users",
     `/console/users/${ids.user}/delete`,
+    `/console/contacts/${ids.live}/delete`,
     `/console/contacts/${ids.gone}/erase`,
     "/console/search",
   ];
@@ -89,7 +93,7 @@ function postRoutes(): string[] {
 
 describe("CSRF", () => {
   test("a form post without the CSRF token is refused with a 403 page and changes nothing", async () => {
-    const before = ["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count);
+    const before = await Promise.all(["webhook_subscriptions", "api_tokens", "users", "contacts", "operator_sessions", "events"].map(count));
     for (const path of postRoutes()) {
       const res = await client.post(path, {
         _csrf: null,
@@ -104,7 +108,7 @@ describe("CSRF", () => {
       expect(res.text).toContain("Form expired");
       expectSecurityHeaders(res.headers);
     }
-    expect(["webhook_subscriptions", "api_tokens", "users", "operator_sessions", "events"].map(count)).toEqual(before);
+    expect(await Promise.all(["webhook_subscriptions", "api_tokens", "users", "contacts", "operator_sessions", "events"].map(count))).toEqual(before);
     expect(Number((await h.rt.db.get<{ n: number }>("SELECT count(*) AS n FROM events WHERE erased_at IS NOT NULL"))!.n)).toBe(0);
     expect((await h.rt.db.get("SELECT revoked_at FROM api_tokens WHERE id = ?", [ids.token]))).toEqual({ revoked_at: null });
     expect((await client.get("/console/")).status).toBe(200);
@@ -147,7 +151,7 @@ describe("headers and markup", () => {
       ...(await Promise.all(["/console/login", "/console/setup?code=nope", "/console/", "/console/api/deliveries"].map((p) => anonymous.get(p)))),
     ];
     const assets = Array<number>(3 + ISLANDS.length).fill(200);
-    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 404, ...assets, 200, 403, 303, 401]);
     for (const res of responses) expectSecurityHeaders(res.headers);
     for (const res of responses.filter((r) => r.headers.get("content-type")?.startsWith("text/html"))) {
       expect(res.headers.get("cache-control")).toBe("no-store");
