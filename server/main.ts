@@ -7,7 +7,7 @@ import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuse
 import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
-import { assertDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
+import { assertDatabaseSecretsKey, findStoredKey, isDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
 import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
@@ -523,12 +523,19 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
   // The key serve reads; a missing one is lost (secrets-key reset), not made here.
   if (!config.databaseUrl && !secretsKeyExists(config)) throw new ConfigError(`there is no secrets key at ${secretsKeyPath(config)} to replace; if the database's key is lost, see secrets-key reset`);
   const current = loadSecretsKey(config);
-  const next = loadNewSecretsKey(config, file, current);
+  // The key in use named as the new one: a rotation's rebuild refused (a reader, a full disk) and its
+  // key then moved into place, as README's recipe does right after the command, is run again so. It
+  // rebuilds the file only; refused as "the same key", its advice to make a new key there would
+  // overwrite the database's key.
+  const inUse = resolve(file) === resolve(current.path);
+  const next = inUse ? current : loadNewSecretsKey(config, file, current);
   let rebuildFailed: unknown = null;
   const run = async () => {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
-      const outcome = await rotateSecretsKey(db, new SecretBox(current.key), new SecretBox(next.key));
+      const outcome = inUse
+        ? await db.write(async (tx) => (isDatabaseSecretsKey(await findStoredKey(tx), new SecretBox(current.key)) ? "in-use" : "not-own-key"))
+        : await rotateSecretsKey(db, new SecretBox(current.key), new SecretBox(next.key));
       // Also when run again after a rotation that committed and was stopped before the rebuild.
       // Refused (a full disk, a reader), the rotation stays done: told apart from a rotation that failed.
       if (outcome !== "not-own-key" && db.dialect === "sqlite") {
@@ -548,6 +555,11 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
     throw new ConfigError(`secrets key file ${current.path} is not the key this database was used with, and the rotation needs that key to open its secrets; nothing was changed (a key that is lost: see secrets-key reset)`);
   }
   const rebuilt = config.databaseUrl || rebuildFailed !== null ? "" : "; the database file was rebuilt, so its free space keeps nothing the old key sealed";
+  if (outcome === "in-use") {
+    printOut(`${file} is the secrets key in use, the database's: nothing was sealed anew${rebuilt}\n`);
+    warnRebuildRefused(rebuildFailed, current.path);
+    return EXIT.done;
+  }
   printOut(
     outcome === "already-rotated"
       ? `the database already records ${next.path} as its secrets key (a rotation committed before): nothing was sealed anew${rebuilt}
@@ -559,12 +571,16 @@ async function secretsKeyRotateCommand(args: string[]): Promise<number> {
   const start = config.secretsKeyFile ? `give ${next.path} to every instance in place of ${current.path} (--secrets-key-file, CRM_SECRETS_KEY_FILE) and start them` : `mv ${next.path} ${current.path}, then start the service`;
   printOut(`next: ${start}; receivers need no change. Backups taken before hold secrets sealed with the old key: keep it with them, apart, or destroy both
 `);
-  if (rebuildFailed !== null) {
-    process.stderr.write(
-      `crm: warning: the rotation is done, but the database file was not rebuilt (${refusalLine(rebuildFailed)}): its free space and log may still hold the secrets sealed with the old key; run the command again once nothing else reads the database and there is room for two copies of its file (one beside it, one in the temporary directory): it rebuilds the file only\n`,
-    );
-  }
+  warnRebuildRefused(rebuildFailed, config.secretsKeyFile ? next.path : current.path);
   return EXIT.done;
+}
+
+/** warnRebuildRefused warns, when the rebuild after a rotation was refused (`refusal`), that the file may keep what the old key sealed, and how to rebuild it: `inPlace` is where the new key is used from once the next step is done. */
+function warnRebuildRefused(refusal: unknown, inPlace: string): void {
+  if (refusal === null) return;
+  process.stderr.write(
+    `crm: warning: the rotation is done, but the database file was not rebuilt (${refusalLine(refusal)}): its free space and log may still hold the secrets sealed with the old key; run the command again once nothing else reads the database and there is room for two copies of its file (one beside it, one in the temporary directory): it rebuilds the file only, given --new-key-file the new key where it is then (once moved as the next step says, ${inPlace})\n`,
+  );
 }
 
 /**

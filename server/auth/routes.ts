@@ -36,17 +36,17 @@ export function authentication(rt: Runtime) {
   type Context = { request: Request; set: { headers: Record<string, string | number> } };
   const clientOf = (request: Request) => clientAddress(clientHints(request, rt.listening()?.requestIP(request)?.address ?? null), rt.config.trustedProxies);
   const admit = ({ request, set }: Context, token: AuthenticatedToken) => {
+    // Noted first: a 429's log line names the token whose budget ran out.
+    noteToken(request, token.id);
     let headers: Record<string, string>;
     try {
       headers = rates.admitToken(token.id, request.method);
     } catch (tooMany) {
-      // The 429's log line names whose budget ran out.
-      noteRateLimited(request, { bucket: WRITE_METHODS.has(request.method) ? "write" : "read", token_id: token.id, client: clientOf(request) });
+      noteRateLimited(request, { bucket: WRITE_METHODS.has(request.method) ? "write" : "read", client: clientOf(request) });
       throw tooMany;
     }
     Object.assign(set.headers, headers);
     authenticated.set(request, token);
-    noteToken(request, token.id);
     if (WRITE_METHODS.has(request.method)) extraWriteCharges.set(request, (writes) => Object.assign(set.headers, rates.chargeWrites(token.id, writes)));
   };
   const refuse = ({ request, set }: Context, failure: string): never => {

@@ -7,7 +7,7 @@ import { requestSlot } from "./request-slot.ts";
 interface RequestInfo {
   id: string;
   started: number;
-  /** the id of the API token the request was admitted with (noteToken); none: a console request, or one refused */
+  /** the id of the API token the request authenticated with (noteToken), a 429's too; none: a console request, or one refused before or at authentication */
   tokenId?: string;
   /** the type (slug) of the problem the request is answered with, if it is one (noteProblem) */
   problem?: string;
@@ -15,10 +15,9 @@ interface RequestInfo {
   rateLimited?: RateLimited;
 }
 
-/** RateLimited names, for a 429's log line, the bucket that refused a request, its token (the id, never the token) and the client address. */
+/** RateLimited names, for a 429's log line, the bucket that refused a request and the client address (its token is the request's own, noteToken). */
 export interface RateLimited {
   bucket: string;
-  token_id?: string;
   /** the client's address (behind a trusted proxy, the forwarded one); null when unknown */
   client: string | null;
 }
@@ -84,7 +83,7 @@ export function requestIdOf(request: Request): string {
   return requestInfo.get(request)?.id ?? "unknown";
 }
 
-/** noteToken records the id of the API token a request was admitted with, for its log line and the events it makes (originOf). */
+/** noteToken records the id of the API token a request authenticated with, for its log line (a 429's too) and the events it makes (originOf). */
 export function noteToken(request: Request, tokenId: string): void {
   const info = requestInfo.get(request);
   if (info) info.tokenId = tokenId;
