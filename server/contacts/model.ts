@@ -135,7 +135,8 @@ export const CONTACT_BATCH_OPTIONS = {
       description:
         "When true, an item that updates a matched contact sets the custom fields it names (null clears one) and keeps the contact's others; the merged custom_fields must still meet their limits, else the item is invalid. When false or absent, custom_fields replaces the stored object whole, as on PATCH. A created contact is stored as given either way.",
     }),
-  ),  add_account_ids: t.Optional(
+  ),
+  add_account_ids: t.Optional(
     t.Boolean({
       error: "must be true or false",
       description:
