@@ -51,6 +51,8 @@ export const DeliveryRowView = t.Object({
   next_attempt_at: nullableString,
   /** since when its subscription is paused, for a pending delivery that waits for its Resume (whatever next_attempt_at says); else null */
   paused_since: nullableString,
+  /** until when its receiver holds its subscription, for a pending delivery whose next attempt the hold puts off (holdPuttingOff); else null */
+  held_until: nullableString,
 });
 export type DeliveryRowView = typeof DeliveryRowView.static;
 

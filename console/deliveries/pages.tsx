@@ -10,7 +10,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, holdPuttingOff, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until"] as const;
@@ -285,9 +285,7 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; requestDeliveries: string | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
   const paused = props.subscription?.status === "paused";
-  // Its receiver's hold puts the next attempt off when it ends later than the delivery's own time (both RFC 3339 in UTC: they compare as text).
-  const hold = props.subscription?.status === "active" && d.status === "pending" ? props.subscription.held_until : null;
-  const heldUntil = hold !== null && (d.next_attempt_at === null || hold > d.next_attempt_at) ? hold : null;
+  const heldUntil = holdPuttingOff(d, props.subscription);
   return renderPage({
     title: `Delivery ${d.id}`,
     session: props.session,

@@ -21,7 +21,7 @@ import {
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
 import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { contactName, disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
+import { contactName, disabledBecause, holdPuttingOff, isolated, receiverUrl } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime, positionOf, positionText } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -119,7 +119,7 @@ export function deliveryFiltersAccepted(query: DeliveryFilters): boolean {
 /**
  * latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest
  * 50, or older ones after `before`), with their subscriptions' descriptions and, for those waiting
- * on a paused one, since when it is paused; the page and its total
+ * on a paused one, since when it is paused, or on one its receiver holds, until when; the page and its total
  * are read in one snapshot, so "Showing all N" is the rows shown.
  */
 export async function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
@@ -154,6 +154,7 @@ function deliveryRow(d: Delivery, subscription: Subscription | null, subjectId: 
     last_response_status: d.last_response_status,
     next_attempt_at: d.next_attempt_at,
     paused_since: d.status === "pending" && subscription?.status === "paused" ? subscription.paused_at : null,
+    held_until: holdPuttingOff(d, subscription),
   };
 }
 

@@ -68,6 +68,16 @@ export function HeldNote({ subscription }: { subscription: { status: string; hel
   );
 }
 
+/**
+ * holdPuttingOff returns the end of its receiver's hold on a pending delivery's active subscription
+ * when that is later than the delivery's own next attempt, which it then puts off; else null. Both
+ * are RFC 3339 in UTC: they compare as text.
+ */
+export function holdPuttingOff(delivery: { status: string; next_attempt_at: string | null }, subscription: { status: string; held_until: string | null } | null): string | null {
+  const hold = subscription?.status === "active" && delivery.status === "pending" ? subscription.held_until : null;
+  return hold !== null && (delivery.next_attempt_at === null || hold > delivery.next_attempt_at) ? hold : null;
+}
+
 /** WaitsForHold takes the place of a pending delivery's next retry, when sooner, while its receiver holds its subscription (HeldNote). */
 export function WaitsForHold({ until }: { until: string }) {
   return (

@@ -1,0 +1,41 @@
+// A support engineer's day in the console (s36 audit `support`): what the console says of held,
+// paused, rotated and backlogged subscriptions, and of times, in the words an operator reads.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Page } from "playwright-core";
+import { launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+
+let server: ConsoleServer;
+let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let page: Page;
+const HOUR = 3_600_000;
+const SLOW = 60_000;
+
+beforeAll(async () => {
+  server = await startConsoleServer();
+  ({ browser, page } = await signedInBrowser(server));
+}, SLOW);
+
+afterAll(async () => {
+  await browser.close();
+  await server.close();
+});
+
+const create = async (body: object) =>
+  (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/support", events: ["contact.updated"], ...body })).data;
+
+test("a held subscription's pending delivery, in the deliveries list, says it waits for its receiver, not a due time in the past", async () => {
+  const held = await create({ description: "Held by its receiver" });
+  const until = Date.now() + HOUR;
+  await server.runtime.db.run("UPDATE webhook_subscriptions SET held_until = ? WHERE id = ?", [until, held.id]);
+  const [id] = await seedDeliveries(server.runtime.db, held, [{ at: Date.now() - HOUR, status: "pending" }]);
+  await server.runtime.db.run("UPDATE webhook_deliveries SET next_attempt_at = ? WHERE id = ?", [Date.now() - 60_000, id!]);
+  const shown = `waits for its receiver until ${new Date(until).toISOString().slice(0, 19).replace("T", " ")}`;
+  await page.goto(`${server.url}/console/deliveries/${id}`);
+  expect(await page.locator("#next-retry").innerText()).toContain(shown);
+  // The list says it as the delivery's page does, on the server and after the live table's refresh.
+  await page.goto(`${server.url}/console/?subscription_id=${held.id}`);
+  const nextRetry = page.locator(`tr:has(a[href='/console/deliveries/${id}']) td[data-label='Next retry']`);
+  expect(await nextRetry.innerText()).toContain(shown);
+  const refreshed = await page.evaluate(async (query) => (await (await fetch(`/console/api/deliveries${query}`)).json()).data, `?subscription_id=${held.id}`);
+  expect(refreshed.map((row: { id: string; held_until: string | null }) => [row.id, row.held_until])).toEqual([[id, new Date(until).toISOString()]]);
+}, SLOW);
