@@ -39,3 +39,16 @@ test("a held subscription's pending delivery, in the deliveries list, says it wa
   const refreshed = await page.evaluate(async (query) => (await (await fetch(`/console/api/deliveries${query}`)).json()).data, `?subscription_id=${held.id}`);
   expect(refreshed.map((row: { id: string; held_until: string | null }) => [row.id, row.held_until])).toEqual([[id, new Date(until).toISOString()]]);
 }, SLOW);
+
+test("a chart's text gives how many deliveries succeeded, failed and are still pending, not only the total and the failed", async () => {
+  const backlog = await create({ description: "Backlog" });
+  await seedDeliveries(server.runtime.db, backlog, [
+    { at: Date.now() - HOUR, status: "succeeded" },
+    { at: Date.now() - HOUR, status: "pending" },
+    { at: Date.now() - HOUR, status: "pending" },
+    { at: Date.now() - HOUR, status: "pending" },
+  ]);
+  await page.goto(`${server.url}/console/subscriptions/${backlog.id}`);
+  const summary = `#chart-${backlog.id}-24h figcaption`;
+  expect(await page.locator(summary).textContent()).toBe("Deliveries per hour, last 24 hours: 4 deliveries: 1 succeeded, 0 failed, 3 pending.");
+}, SLOW);
