@@ -211,7 +211,7 @@ export function subscriptionPage(props: {
         <Attempts stats={props.stats} maxRate={s.max_rate} heldUntil={s.held_until} />
         <DataTable
           id="failures"
-          columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}
+          columns={["Reason", { label: "Deliveries", className: "num" }, "Last seen (UTC)"]}
           empty={
             props.failures === null
               ? "Not grouped this time: the service is holding as many slow reads as --slow-list-lane allows. Reload the page in a moment."
@@ -233,7 +233,7 @@ export function subscriptionPage(props: {
               <td data-label="Deliveries" class="num">
                 {f.deliveries}
               </td>
-              <td data-label="Latest">
+              <td data-label="Last seen">
                 <a href={`/console/deliveries/${f.latest_delivery_id}`}>
                   <Time value={f.latest_at} />
                   <RowSubject>latest delivery failing with {f.reason}</RowSubject>

@@ -52,3 +52,22 @@ test("a chart's text gives how many deliveries succeeded, failed and are still p
   const summary = `#chart-${backlog.id}-24h figcaption`;
   expect(await page.locator(summary).textContent()).toBe("Deliveries per hour, last 24 hours: 4 deliveries: 1 succeeded, 0 failed, 3 pending.");
 }, SLOW);
+
+test("failures by reason say when each reason was last met and link the delivery that met it last, not the newest-made one", async () => {
+  const old = await create({ description: "Old backlog failing now" });
+  const threeDaysAgo = Date.now() - 72 * HOUR;
+  const [early, late] = await seedDeliveries(server.runtime.db, old, [
+    { at: threeDaysAgo, status: "pending", response_status: 429 },
+    { at: threeDaysAgo + HOUR, status: "pending", response_status: 429 },
+  ]);
+  // The earlier-made delivery's attempt (the 429) was made a minute ago, the later-made one's two days ago.
+  const attemptAt = Date.now() - 60_000;
+  await server.runtime.db.run("UPDATE webhook_deliveries SET updated_at = ? WHERE id = ?", [attemptAt, early!]);
+  await server.runtime.db.run("UPDATE webhook_deliveries SET updated_at = ? WHERE id = ?", [threeDaysAgo + 2 * HOUR, late!]);
+  await page.goto(`${server.url}/console/subscriptions/${old.id}`);
+  expect(await page.locator("#failures thead th").allTextContents()).toEqual(["Reason", "Deliveries", "Last seen (UTC)"]);
+  const row = page.locator("#failures tbody tr", { hasText: "HTTP 429" });
+  expect(await row.locator("td[data-label='Deliveries']").innerText()).toBe("2");
+  expect(await row.locator("time").innerText()).toBe(new Date(attemptAt).toISOString().slice(0, 19).replace("T", " "));
+  expect(await row.locator("a").getAttribute("href")).toBe(`/console/deliveries/${early}`);
+}, SLOW);
