@@ -69,6 +69,19 @@ export function HeldNote({ subscription }: { subscription: { status: string; hel
 }
 
 /**
+ * PausedNote says since when a subscription is paused, as FailingNote and HeldNote say theirs: a
+ * colleague finding it paused the next morning asks whether the pause is still meant.
+ */
+export function PausedNote({ subscription }: { subscription: { status: string; paused_at: string | null } }) {
+  if (subscription.status !== "paused" || subscription.paused_at === null) return null;
+  return (
+    <p class="paused-note">
+      Paused since <Time value={subscription.paused_at} />: nothing is sent to it, its deliveries are kept and go out on Resume.
+    </p>
+  );
+}
+
+/**
  * holdPuttingOff returns the end of its receiver's hold on a pending delivery's active subscription
  * when that is later than the delivery's own next attempt, which it then puts off; else null. Both
  * are RFC 3339 in UTC: they compare as text.

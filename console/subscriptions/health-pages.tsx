@@ -5,7 +5,7 @@ import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { MadeByText } from "../pages/made-by.tsx";
-import { DataTable, FailingNote, formatDuration, HeldNote, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "attempt time p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -48,6 +48,7 @@ function HealthCard({ health, large, disableAfterHours }: { health: Subscription
       )}
       {!large && <FailingNote subscription={s} disableAfterHours={disableAfterHours} />}
       {!large && <HeldNote subscription={s} />}
+      {!large && <PausedNote subscription={s} />}
       <div class="health-charts">
         <div>
           <ChartHeading>
@@ -189,6 +190,7 @@ export function subscriptionPage(props: {
           </p>
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
           <HeldNote subscription={s} />
+          <PausedNote subscription={s} />
         </div>
         <section class="card health" id="health">
           <div class="card-head">

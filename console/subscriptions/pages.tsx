@@ -11,7 +11,7 @@ import type { MakerNames } from "../../server/shared/made-by.ts";
 import { parseTimestamp } from "../../server/shared/time.ts";
 import { consoleFieldTime } from "../shell.ts";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { bidiBalanced, CsrfField, DataTable, FailingNote, HeldNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, FailingNote, HeldNote, Island, NoticeBox, PausedNote, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -163,6 +163,7 @@ export function subscriptionsPage(props: {
                 {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
                 <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
                 <HeldNote subscription={s} />
+                <PausedNote subscription={s} />
               </td>
               <td data-label="Deliveries, last 24 hours">
                 <Counts counts={counts} />

@@ -71,3 +71,17 @@ test("failures by reason say when each reason was last met and link the delivery
   expect(await row.locator("time").innerText()).toBe(new Date(attemptAt).toISOString().slice(0, 19).replace("T", " "));
   expect(await row.locator("a").getAttribute("href")).toBe(`/console/deliveries/${early}`);
 }, SLOW);
+
+const shown = (iso: string) => iso.slice(0, 19).replace("T", " ");
+
+test("a paused subscription says since when, on its page, its Subscriptions row and its card, though nothing waits for its resume", async () => {
+  const sub = await create({ description: "Maintenance window" });
+  const paused = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`)).data;
+  const note = `Paused since ${shown(paused.paused_at)}: nothing is sent to it, its deliveries are kept and go out on Resume.`;
+  await page.goto(`${server.url}/console/subscriptions/${sub.id}`);
+  expect(await page.locator(".page-head .paused-note").innerText()).toBe(note);
+  await page.goto(`${server.url}/console/subscriptions`);
+  expect(await page.locator(`tr[data-subscription-id="${sub.id}"] .paused-note`).innerText()).toBe(note);
+  await page.goto(`${server.url}/console/`);
+  expect(await page.locator(`article[data-subscription-id="${sub.id}"] .paused-note`).innerText()).toBe(note);
+}, SLOW);
