@@ -82,6 +82,32 @@ export function PausedNote({ subscription }: { subscription: { status: string; p
 }
 
 /**
+ * SecretNote says when a subscription's secret was last rotated, through the API or the console,
+ * and whether the previous one still signs: after "everything fails" it is the first thing to
+ * ask. A previous secret that expired with the rotation had no grace period.
+ */
+export function SecretNote({ subscription: s }: { subscription: { secret_rotated_at: string | null; previous_secret_expires_at: string | null } }) {
+  if (s.secret_rotated_at === null) return null;
+  const retired = s.previous_secret_expires_at;
+  return (
+    <span class="secret-note">
+      Secret rotated at <Time value={s.secret_rotated_at} />
+      {retired === null || Date.parse(retired) <= Date.parse(s.secret_rotated_at) ? (
+        ", the previous one retired at once."
+      ) : Date.parse(retired) > Date.now() ? (
+        <>
+          ; the previous one still signs too until <Time value={retired} />.
+        </>
+      ) : (
+        <>
+          ; the previous one retired at <Time value={retired} />.
+        </>
+      )}
+    </span>
+  );
+}
+
+/**
  * holdPuttingOff returns the end of its receiver's hold on a pending delivery's active subscription
  * when that is later than the delivery's own next attempt, which it then puts off; else null. Both
  * are RFC 3339 in UTC: they compare as text.

@@ -5,7 +5,7 @@ import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { MadeByText } from "../pages/made-by.tsx";
-import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, SecretNote, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "attempt time p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -191,6 +191,9 @@ export function subscriptionPage(props: {
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
           <HeldNote subscription={s} />
           <PausedNote subscription={s} />
+          <p class="muted">
+            <SecretNote subscription={s} />
+          </p>
         </div>
         <section class="card health" id="health">
           <div class="card-head">

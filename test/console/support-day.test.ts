@@ -85,3 +85,32 @@ test("a paused subscription says since when, on its page, its Subscriptions row 
   await page.goto(`${server.url}/console/`);
   expect(await page.locator(`article[data-subscription-id="${sub.id}"] .paused-note`).innerText()).toBe(note);
 }, SLOW);
+
+test("a secret the API rotated shows on the subscription's page and in the wizard, whose step 2 says a receiver still on the secret before it verifies neither signature", async () => {
+  const sub = await create({ description: "Billing" });
+  const rotated = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 0 })).data;
+  const note = `Secret rotated at ${shown(rotated.secret_rotated_at)}, the previous one retired at once.`;
+  await page.goto(`${server.url}/console/subscriptions/${sub.id}`);
+  expect(await page.locator(".page-head .secret-note").innerText()).toBe(note);
+  await page.goto(`${server.url}/console/rotations/new`);
+  expect(await page.locator(`label.choice:has(input[value="${sub.id}"]) .secret-note`).innerText()).toBe(note);
+  // Step 2 promises a receiver that keeps verifying only to one that has the current secret ...
+  await page.goto(`${server.url}/console/subscriptions/${sub.id}/secret-rotation`);
+  expect(await page.locator("main").innerText()).toContain("so a receiver that has the current secret keeps verifying while it switches");
+  expect(await page.locator(".rotation-warning").count()).toBe(0);
+  // ... and once every attempt has failed since the rotation, says what one still on the secret before it gets.
+  await server.runtime.db.run("UPDATE webhook_subscriptions SET failing_since = ? WHERE id = ?", [Date.parse(rotated.secret_rotated_at) + 1000, sub.id]);
+  await page.reload();
+  expect(await page.locator(".rotation-warning").innerText()).toBe(
+    `Every attempt has failed since the secret was rotated at ${shown(rotated.secret_rotated_at)}, and the previous one is no longer accepted: a receiver still on the secret before that rotation verifies neither signature of this one (the new secret's and the current one's), and goes on refusing until it is given the new secret.`,
+  );
+}, SLOW);
+
+test("a previous secret still accepted says until when", async () => {
+  const sub = await create({ description: "Grace" });
+  const rotated = (await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 2 })).data;
+  await page.goto(`${server.url}/console/subscriptions/${sub.id}`);
+  expect(await page.locator(".page-head .secret-note").innerText()).toBe(
+    `Secret rotated at ${shown(rotated.secret_rotated_at)}; the previous one still signs too until ${shown(rotated.previous_secret_expires_at)}.`,
+  );
+}, SLOW);
