@@ -67,7 +67,7 @@ export function ContactsTable({ view }: { view: ContactsView }) {
             )}
           </td>
           <td data-label="Created">
-            <Time value={c.created_at} />
+            <Time value={c.created_at} zone={false} />
           </td>
         </tr>
       ))}

@@ -66,6 +66,8 @@ function chartSvg({ id, summary, bars, unit, size }: { id: string; summary: stri
     `<line class="chart-axis" x1="${axis}" y1="${plot.height + 4}" x2="${size.width}" y2="${plot.height + 4}"></line>`,
     `<text class="chart-tick" x="${axis - 4}" y="10" text-anchor="end">${top}</text>`,
     `<text class="chart-tick" x="${axis - 4}" y="${plot.height + 4}" text-anchor="end">0</text>`,
+    // The hours and days below are UTC's: said once, beside them.
+    `<text class="chart-tick chart-zone" x="${axis - 4}" y="${size.height - 2}" text-anchor="end">UTC</text>`,
   ];
   bars.forEach((bar, i) => {
     const heights = barHeights(bar, top, plot.height);

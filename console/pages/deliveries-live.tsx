@@ -116,7 +116,7 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
     <tr data-delivery-id={row.id}>
       <td data-label="Time">
         <a href={`/console/deliveries/${row.id}`} title={`Delivery ${row.id}`}>
-          <Time value={row.created_at} />
+          <Time value={row.created_at} zone={false} />
           <RowSubject>delivery {row.id}</RowSubject>
         </a>
       </td>

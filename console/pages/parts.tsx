@@ -141,12 +141,17 @@ function formatTime(iso: string): string {
   return `${iso.slice(0, t)} ${iso.slice(t + 1, t + 9)}`;
 }
 
-/** Time renders a timestamp in UTC with the exact value as a tooltip. */
-export function Time({ value }: { value: string | null }) {
+/**
+ * Time renders a timestamp in UTC, saying so ("2026-11-21 10:00:03 UTC": an operator elsewhere
+ * would read a bare time as local), with the exact value as a tooltip. `zone={false}` leaves the
+ * zone to a table column whose heading says "(UTC)".
+ */
+export function Time({ value, zone = true }: { value: string | null; zone?: boolean }) {
   if (value === null) return <span class="muted">–</span>;
   return (
     <time dateTime={value} title={`${value} (UTC)`}>
       {formatTime(value)}
+      {zone && " UTC"}
     </time>
   );
 }

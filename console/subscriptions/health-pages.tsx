@@ -240,7 +240,7 @@ export function subscriptionPage(props: {
               </td>
               <td data-label="Last seen">
                 <a href={`/console/deliveries/${f.latest_delivery_id}`}>
-                  <Time value={f.latest_at} />
+                  <Time value={f.latest_at} zone={false} />
                   <RowSubject>latest delivery failing with {f.reason}</RowSubject>
                 </a>
               </td>

@@ -169,7 +169,7 @@ export function subscriptionsPage(props: {
                 <Counts counts={counts} />
               </td>
               <td data-label="Created">
-                <Time value={s.created_at} />
+                <Time value={s.created_at} zone={false} />
               </td>
               <td data-label="Made by">
                 <MadeByText madeBy={madeBy} names={props.names} />

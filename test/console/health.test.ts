@@ -249,7 +249,7 @@ describe("a subscription whose every attempt fails", () => {
       await server.api("POST", `/public/v1/webhook-subscriptions/${partner.id}/test`, {});
       let since: string | null = null;
       await waitFor(async () => (since = (await server.api("GET", `/public/v1/webhook-subscriptions/${partner.id}/stats`)).data.failing_since) !== null, "a failed attempt", 20_000);
-      const shown = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
+      const shown = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
       const until = new Date(Date.parse(since!) + server.runtime.config.disableFailingAfterHours * HOUR).toISOString();
       const sentence = `Failing since ${shown(since!)}; disabled automatically at ${shown(until)} if every attempt goes on failing.`;
       await page.goto(`${server.url}/console/`);

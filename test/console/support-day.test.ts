@@ -72,7 +72,7 @@ test("failures by reason say when each reason was last met and link the delivery
   expect(await row.locator("a").getAttribute("href")).toBe(`/console/deliveries/${early}`);
 }, SLOW);
 
-const shown = (iso: string) => iso.slice(0, 19).replace("T", " ");
+const shown = (iso: string) => `${iso.slice(0, 19).replace("T", " ")} UTC`;
 
 test("a paused subscription says since when, on its page, its Subscriptions row and its card, though nothing waits for its resume", async () => {
   const sub = await create({ description: "Maintenance window" });
@@ -113,4 +113,18 @@ test("a previous secret still accepted says until when", async () => {
   expect(await page.locator(".page-head .secret-note").innerText()).toBe(
     `Secret rotated at ${shown(rotated.secret_rotated_at)}; the previous one still signs too until ${shown(rotated.previous_secret_expires_at)}.`,
   );
+}, SLOW);
+
+test("times say their zone where they are shown, once: after a time in a sentence or a record's facts, in the heading of a table's column", async () => {
+  const sub = await create({ description: "Zone" });
+  const at = Date.now() - HOUR;
+  const [id] = await seedDeliveries(server.runtime.db, sub, [{ at, status: "failed", response_status: 500 }]);
+  const time = new Date(at).toISOString().slice(0, 19).replace("T", " ");
+  await page.goto(`${server.url}/console/deliveries/${id}`);
+  expect(await page.locator("main dt:has-text('Created') + dd").innerText()).toBe(`${time} UTC`);
+  await page.goto(`${server.url}/console/?subscription_id=${sub.id}`);
+  expect(await page.locator("#deliveries thead th").first().textContent()).toBe("Time (UTC)");
+  expect(await page.locator(`#deliveries a[href='/console/deliveries/${id}'] time`).innerText()).toBe(time);
+  // The charts' hours and days are UTC's too.
+  expect(await page.locator(`#chart-${sub.id}-24h .chart-zone`).textContent()).toBe("UTC");
 }, SLOW);
