@@ -56,6 +56,9 @@ export const DeliveryRowView = t.Object({
 });
 export type DeliveryRowView = typeof DeliveryRowView.static;
 
+/** SubscriptionNames maps each existing subscription's id to its description (null: none), for naming the subscription of a delivery. */
+export type SubscriptionNames = Map<string, string | null>;
+
 /** DeliveriesView is the latest deliveries matching the filters, and how many match in all. */
 export const DeliveriesView = t.Object({
   data: t.Array(DeliveryRowView),

@@ -2,7 +2,7 @@
 import type { DeliveryDetail, Subscription } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/model.ts";
-import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
+import type { ConsoleSession, DeliveriesView, DeliveryFilters, SubscriptionNames } from "../model.ts";
 import { DeliveriesLive, type DeliveriesLiveProps } from "../pages/deliveries-live.tsx";
 import { EventDeliveries } from "../contacts/pages.tsx";
 import { fieldMarks, FieldWithReason, RefusalSummary, type Refusal } from "../pages/forms.tsx";
@@ -173,7 +173,7 @@ export function deliveriesPage(props: {
 }
 
 /** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null }): string {
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; subscriptions: SubscriptionNames }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -211,7 +211,7 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
             </dd>
           </dl>
         </section>
-        <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />
+        <EventDeliveries id="event-deliveries" deliveries={e.deliveries} subscriptions={props.subscriptions} />
         <section class="card">
           <h2>Payload</h2>
           <Payload payload={e.payload} erasedAt={e.payload_erased_at} />
@@ -330,9 +330,12 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             <dt>Subscription</dt>
             <dd>
               {props.subscription ? (
-                <a href={`/console/?subscription_id=${d.subscription_id}`}>
-                  <SubscriptionLabel description={props.subscription.description} url={d.target_url} />
-                </a>
+                <>
+                  <a href={`/console/subscriptions/${d.subscription_id}`}>
+                    <SubscriptionLabel description={props.subscription.description} url={d.target_url} />
+                  </a>{" "}
+                  <a href={`/console/?subscription_id=${d.subscription_id}`}>its deliveries</a>
+                </>
               ) : (
                 <>
                   <span class="url">{receiverUrl(d.target_url)}</span> <span class="muted">(subscription deleted)</span>

@@ -20,7 +20,7 @@ import {
 } from "../../server/webhooks/service.ts";
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
-import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
+import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView, SubscriptionNames } from "../model.ts";
 import { contactName, disabledBecause, holdPuttingOff, isolated, receiverUrl } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime, positionOf, positionText } from "../shell.ts";
 
@@ -225,10 +225,16 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
   }
 }
 
-/** EventPageView is an event, what it is about (its page's address and name), and every delivery made of it. */
+/** EventPageView is an event, what it is about (its page's address and name), and every delivery made of it, with its subscription's name. */
 export interface EventPageView {
   event: WebhookEvent;
   subject: { href: string; label: string } | null;
+  subscriptions: SubscriptionNames;
+}
+
+/** subscriptionNames returns every existing subscription's description by id (SubscriptionNames). */
+export async function subscriptionNames(db: Db): Promise<SubscriptionNames> {
+  return new Map((await listAllSubscriptions(db)).map((s) => [s.id, s.description]));
 }
 
 /** eventPage returns an event with its deliveries and the contact or account it is about, or throws 404. */
@@ -236,13 +242,14 @@ export async function eventPage(db: Database, id: string): Promise<EventPageView
   const event = await findWebhookEvent(db, id);
   if (!event) throw notFound("event", id);
   const subjectId = event.subject_id;
+  const subscriptions = await subscriptionNames(db);
   if (subjectId?.startsWith("con_")) {
     const contact = await findContact(db, subjectId);
-    return { event, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
+    return { event, subscriptions, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
   }
   if (subjectId?.startsWith("acc_")) {
     const account = await findAccount(db, subjectId);
-    return { event, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
+    return { event, subscriptions, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
   }
-  return { event, subject: null };
+  return { event, subscriptions, subject: null };
 }

@@ -128,3 +128,21 @@ test("times say their zone where they are shown, once: after a time in a sentenc
   // The charts' hours and days are UTC's too.
   expect(await page.locator(`#chart-${sub.id}-24h .chart-zone`).textContent()).toBe("UTC");
 }, SLOW);
+
+test("a delivery's subscription links the subscription's page, its deliveries beside it; the contact's and the event's delivery tables name each delivery's subscription, linking its page", async () => {
+  const sub = await create({ description: "Acme", events: ["contact.created"] });
+  const contact = (await server.api("POST", "/public/v1/contacts", { email: "links@example.com" })).data;
+  const delivered = await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`);
+  const delivery = delivered.data[0];
+  await page.goto(`${server.url}/console/deliveries/${delivery.id}`);
+  const subscription = page.locator("main dt:has-text('Subscription') + dd");
+  expect(await subscription.locator("a").evaluateAll((links) => links.map((a) => [a.textContent, a.getAttribute("href")]))).toEqual([
+    ["Acmehttp://127.0.0.1:9/support", `/console/subscriptions/${sub.id}`],
+    ["its deliveries", `/console/?subscription_id=${sub.id}`],
+  ]);
+  for (const address of [`/console/contacts/${contact.id}`, `/console/events/${delivery.event_id}`]) {
+    await page.goto(`${server.url}${address}`);
+    const cell = page.locator(`tr[data-delivery-id="${delivery.id}"] td[data-label="Subscription"] a`);
+    expect([address, await cell.textContent(), await cell.getAttribute("href")]).toEqual([address, "Acmehttp://127.0.0.1:9/support", `/console/subscriptions/${sub.id}`]);
+  }
+}, SLOW);
