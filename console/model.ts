@@ -51,8 +51,13 @@ export const DeliveryRowView = t.Object({
   next_attempt_at: nullableString,
   /** since when its subscription is paused, for a pending delivery that waits for its Resume (whatever next_attempt_at says); else null */
   paused_since: nullableString,
+  /** until when its receiver holds its subscription, for a pending delivery whose next attempt the hold puts off (holdPuttingOff); else null */
+  held_until: nullableString,
 });
 export type DeliveryRowView = typeof DeliveryRowView.static;
+
+/** SubscriptionNames maps each existing subscription's id to its description (null: none), for naming the subscription of a delivery. */
+export type SubscriptionNames = Map<string, string | null>;
 
 /** DeliveriesView is the latest deliveries matching the filters, and how many match in all. */
 export const DeliveriesView = t.Object({

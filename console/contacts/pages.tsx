@@ -3,10 +3,10 @@ import type { ErasableResource } from "../../server/tombstones/service.ts";
 import type { Delivery } from "../../server/webhooks/model.ts";
 import type { Contact } from "../../server/contacts/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
-import type { ConsoleSession } from "../model.ts";
+import type { ConsoleSession, SubscriptionNames } from "../model.ts";
 import { confirmPage } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { bidiBalanced, contactName, CsrfField, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, contactName, CsrfField, DataTable, HttpStatus, isolated, NoticeBox, receiverUrl, RowSubject, shownFullName, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 import type { AccountPageView, ContactPageView, ContactsView } from "./service.ts";
 
 /**
@@ -68,7 +68,7 @@ export function ContactsTable({ view }: { view: ContactsView }) {
             )}
           </td>
           <td data-label="Created">
-            <Time value={c.created_at} />
+            <Time value={c.created_at} zone={false} />
           </td>
         </tr>
       ))}
@@ -144,10 +144,10 @@ export function contactsPage(props: { session: ConsoleSession; view: ContactsVie
   });
 }
 
-/** EventDeliveries lists deliveries of an event: where each went and how it ended. */
-export function EventDeliveries({ id, deliveries }: { id: string; deliveries: Delivery[] }) {
+/** EventDeliveries lists deliveries of an event: the subscription each went to (linking its page while it exists) and how it ended. */
+export function EventDeliveries({ id, deliveries, subscriptions }: { id: string; deliveries: Delivery[]; subscriptions: SubscriptionNames }) {
   return (
-    <DataTable id={id} columns={["Delivery", "Target", "Status", { label: "Attempts", className: "num" }, "Response"]} empty={deliveries.length === 0 ? "No subscription wanted this event: nothing was sent." : null}>
+    <DataTable id={id} columns={["Delivery", "Subscription", "Status", { label: "Attempts", className: "num" }, "Response"]} empty={deliveries.length === 0 ? "No subscription wanted this event: nothing was sent." : null}>
       {deliveries.map((d) => (
         <tr data-delivery-id={d.id}>
           <td data-label="Delivery">
@@ -155,8 +155,16 @@ export function EventDeliveries({ id, deliveries }: { id: string; deliveries: De
               <code>{d.id}</code>
             </a>
           </td>
-          <td data-label="Target">
-            <span class="chosen url">{receiverUrl(d.target_url)}</span>
+          <td data-label="Subscription">
+            {subscriptions.has(d.subscription_id) ? (
+              <a href={`/console/subscriptions/${d.subscription_id}`}>
+                <SubscriptionLabel description={subscriptions.get(d.subscription_id)!} url={d.target_url} />
+              </a>
+            ) : (
+              <>
+                <span class="url">{receiverUrl(d.target_url)}</span> <span class="muted">(subscription deleted)</span>
+              </>
+            )}
           </td>
           <td data-label="Status">
             <StatusBadge status={d.status} />
@@ -174,7 +182,7 @@ export function EventDeliveries({ id, deliveries }: { id: string; deliveries: De
   );
 }
 
-function ContactEvent({ event }: { event: WebhookEvent }) {
+function ContactEvent({ event, subscriptions }: { event: WebhookEvent; subscriptions: SubscriptionNames }) {
   return (
     <article class="contact-event" data-event-id={event.id}>
       <header>
@@ -188,13 +196,13 @@ function ContactEvent({ event }: { event: WebhookEvent }) {
         </span>
         {event.payload_erased_at && <span class="tag">payload erased</span>}
       </header>
-      <EventDeliveries id={`deliveries-${event.id}`} deliveries={event.deliveries} />
+      <EventDeliveries id={`deliveries-${event.id}`} deliveries={event.deliveries} subscriptions={subscriptions} />
     </article>
   );
 }
 
 /** RecordEvents lists the latest events about a contact or account, each with its deliveries. */
-function RecordEvents({ resource, events, eventLimit }: { resource: ErasableResource; events: WebhookEvent[]; eventLimit: number }) {
+function RecordEvents({ resource, events, eventLimit, subscriptions }: { resource: ErasableResource; events: WebhookEvent[]; eventLimit: number; subscriptions: SubscriptionNames }) {
   return (
     <section class="card" id={`${resource}-events`}>
       <h2>What we sent about this {resource}</h2>
@@ -206,7 +214,7 @@ function RecordEvents({ resource, events, eventLimit }: { resource: ErasableReso
             : `Every event, newest first, each with its deliveries.`}
       </p>
       {events.map((event) => (
-        <ContactEvent event={event} />
+        <ContactEvent event={event} subscriptions={subscriptions} />
       ))}
     </section>
   );
@@ -325,7 +333,7 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
         ) : (
           <Deleted resource="contact" id={id} />
         )}
-        <RecordEvents resource="contact" events={events} eventLimit={props.eventLimit} />
+        <RecordEvents resource="contact" events={events} eventLimit={props.eventLimit} subscriptions={props.view.subscriptions} />
       </>
     ),
   });
@@ -358,7 +366,7 @@ export function accountPage(props: { session: ConsoleSession; view: AccountPageV
         ) : (
           <Deleted resource="account" id={id} />
         )}
-        <RecordEvents resource="account" events={events} eventLimit={props.eventLimit} />
+        <RecordEvents resource="account" events={events} eventLimit={props.eventLimit} subscriptions={props.view.subscriptions} />
       </>
     ),
   });

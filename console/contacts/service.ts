@@ -15,7 +15,8 @@ import type { Runtime } from "../../server/runtime.ts";
 import type { Erasure } from "../../server/tombstones/model.ts";
 import { eraseDeletedRecord, type ErasableResource } from "../../server/tombstones/service.ts";
 import { eventsAbout, type WebhookEvent } from "../../server/webhooks/service.ts";
-import type { ConsoleSession } from "../model.ts";
+import { subscriptionNames } from "../deliveries/service.ts";
+import type { ConsoleSession, SubscriptionNames } from "../model.ts";
 import { onceForForm, positionOf, positionText } from "../shell.ts";
 
 /** CONTACTS_PER_PAGE is how many contacts the contacts page lists at once. */
@@ -63,6 +64,7 @@ export interface ContactPageView {
   id: string;
   contact: Contact | null;
   events: WebhookEvent[];
+  subscriptions: SubscriptionNames;
 }
 
 /**
@@ -75,7 +77,7 @@ export async function contactPage(db: Database, id: string): Promise<ContactPage
   const contact = await findContact(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!contact && events.length === 0) throw notFound("contact", id);
-  return { id, contact, events };
+  return { id, contact, events, subscriptions: await subscriptionNames(db) };
 }
 
 /** AccountPageView is an account (null once deleted) and the latest events about it, each with its deliveries. */
@@ -83,6 +85,7 @@ export interface AccountPageView {
   id: string;
   account: Account | null;
   events: WebhookEvent[];
+  subscriptions: SubscriptionNames;
 }
 
 /** accountPage returns an account and what was sent about it; a deleted account still shows its events. Throws 404 when neither exists, and for another kind's id (as contactPage). */
@@ -91,7 +94,7 @@ export async function accountPage(db: Database, id: string): Promise<AccountPage
   const account = await findAccount(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
   if (!account && events.length === 0) throw notFound("account", id);
-  return { id, account, events };
+  return { id, account, events, subscriptions: await subscriptionNames(db) };
 }
 
 /**

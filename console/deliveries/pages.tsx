@@ -2,7 +2,7 @@
 import type { DeliveryDetail, Subscription } from "../../server/webhooks/model.ts";
 import type { WebhookEvent } from "../../server/webhooks/service.ts";
 import { DELIVERY_STATUSES, WEBHOOK_EVENT_TYPES } from "../../server/webhooks/model.ts";
-import type { ConsoleSession, DeliveriesView, DeliveryFilters } from "../model.ts";
+import type { ConsoleSession, DeliveriesView, DeliveryFilters, SubscriptionNames } from "../model.ts";
 import { DeliveriesLive, type DeliveriesLiveProps } from "../pages/deliveries-live.tsx";
 import { EventDeliveries } from "../contacts/pages.tsx";
 import { fieldMarks, FieldWithReason, RefusalSummary, type Refusal } from "../pages/forms.tsx";
@@ -10,7 +10,7 @@ import { renderPage } from "../pages/layout.tsx";
 import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
-import { CsrfField, formatDuration, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
+import { CsrfField, formatDuration, holdPuttingOff, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
 import { MadeByText } from "../pages/made-by.tsx";
 import type { MakerNames } from "../../server/shared/made-by.ts";
 
@@ -175,7 +175,7 @@ export function deliveriesPage(props: {
 }
 
 /** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; names: MakerNames }): string {
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; names: MakerNames; subscriptions: SubscriptionNames }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -226,7 +226,7 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
             )}
           </dl>
         </section>
-        <EventDeliveries id="event-deliveries" deliveries={e.deliveries} />
+        <EventDeliveries id="event-deliveries" deliveries={e.deliveries} subscriptions={props.subscriptions} />
         <section class="card">
           <h2>Payload</h2>
           <Payload payload={e.payload} erasedAt={e.payload_erased_at} />
@@ -300,9 +300,7 @@ function ResponseBody({ body, headers }: { body: string; headers: Record<string,
 export function deliveryPage(props: { session: ConsoleSession; delivery: DeliveryDetail; subscription: Subscription | null; requestDeliveries: string | null; notice?: NoticeData | null }): string {
   const d = props.delivery;
   const paused = props.subscription?.status === "paused";
-  // Its receiver's hold puts the next attempt off when it ends later than the delivery's own time (both RFC 3339 in UTC: they compare as text).
-  const hold = props.subscription?.status === "active" && d.status === "pending" ? props.subscription.held_until : null;
-  const heldUntil = hold !== null && (d.next_attempt_at === null || hold > d.next_attempt_at) ? hold : null;
+  const heldUntil = holdPuttingOff(d, props.subscription);
   return renderPage({
     title: `Delivery ${d.id}`,
     session: props.session,
@@ -347,9 +345,12 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
             <dt>Subscription</dt>
             <dd>
               {props.subscription ? (
-                <a href={`/console/?subscription_id=${d.subscription_id}`}>
-                  <SubscriptionLabel description={props.subscription.description} url={d.target_url} />
-                </a>
+                <>
+                  <a href={`/console/subscriptions/${d.subscription_id}`}>
+                    <SubscriptionLabel description={props.subscription.description} url={d.target_url} />
+                  </a>{" "}
+                  <a href={`/console/?subscription_id=${d.subscription_id}`}>its deliveries</a>
+                </>
               ) : (
                 <>
                   <span class="url">{receiverUrl(d.target_url)}</span> <span class="muted">(subscription deleted)</span>

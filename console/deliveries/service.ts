@@ -22,8 +22,8 @@ import {
 } from "../../server/webhooks/service.ts";
 import type { DeliveryFilters as StoredDeliveryFilters } from "../../server/webhooks/store.ts";
 import { MAX_MANUAL_ATTEMPTS, MAX_PER_SUBSCRIPTION, type AttemptRefusal } from "../../server/webhooks/worker.ts";
-import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView } from "../model.ts";
-import { contactName, disabledBecause, isolated, receiverUrl } from "../pages/parts.tsx";
+import type { DeliveriesView, DeliveryFilters, DeliveryRowView, DeliveryWatchView, SubscriptionNames } from "../model.ts";
+import { contactName, disabledBecause, holdPuttingOff, isolated, receiverUrl } from "../pages/parts.tsx";
 import { consoleFieldTime, consoleTime, positionOf, positionText } from "../shell.ts";
 
 /** LATEST_DELIVERIES is how many deliveries a page of the deliveries table shows (the contract's "latest 50"). */
@@ -121,7 +121,7 @@ export function deliveryFiltersAccepted(query: DeliveryFilters): boolean {
 /**
  * latestDeliveries returns a page of the deliveries matching the filters, newest first (the latest
  * 50, or older ones after `before`), with their subscriptions' descriptions and, for those waiting
- * on a paused one, since when it is paused; the page and its total
+ * on a paused one, since when it is paused, or on one its receiver holds, until when; the page and its total
  * are read in one snapshot, so "Showing all N" is the rows shown.
  */
 export async function latestDeliveries(db: Database, query: DeliveryFilters, now = Date.now()): Promise<DeliveriesView> {
@@ -156,6 +156,7 @@ function deliveryRow(d: Delivery, subscription: Subscription | null, subjectId: 
     last_response_status: d.last_response_status,
     next_attempt_at: d.next_attempt_at,
     paused_since: d.status === "pending" && subscription?.status === "paused" ? subscription.paused_at : null,
+    held_until: holdPuttingOff(d, subscription),
   };
 }
 
@@ -228,12 +229,18 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
   }
 }
 
-/** EventPageView is an event, what it is about (its page's address and name), and every delivery made of it. */
+/** EventPageView is an event, what it is about (its page's address and name), and every delivery made of it, with its subscription's name. */
 export interface EventPageView {
   event: WebhookEvent;
   subject: { href: string; label: string } | null;
   /** what names the API token that made it, if one did */
   names: MakerNames;
+  subscriptions: SubscriptionNames;
+}
+
+/** subscriptionNames returns every existing subscription's description by id (SubscriptionNames). */
+export async function subscriptionNames(db: Db): Promise<SubscriptionNames> {
+  return new Map((await listAllSubscriptions(db)).map((s) => [s.id, s.description]));
 }
 
 /** eventPage returns an event with its deliveries and the contact or account it is about, or throws 404. */
@@ -242,13 +249,14 @@ export async function eventPage(db: Database, id: string): Promise<EventPageView
   if (!event) throw notFound("event", id);
   const names = await makerNames(db);
   const subjectId = event.subject_id;
+  const subscriptions = await subscriptionNames(db);
   if (subjectId?.startsWith("con_")) {
     const contact = await findContact(db, subjectId);
-    return { event, names, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
+    return { event, names, subscriptions, subject: { href: `/console/contacts/${subjectId}`, label: contact ? contactName(contact) : `${subjectId} (deleted)` } };
   }
   if (subjectId?.startsWith("acc_")) {
     const account = await findAccount(db, subjectId);
-    return { event, names, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
+    return { event, names, subscriptions, subject: { href: `/console/accounts/${subjectId}`, label: account ? isolated(account.name) : `${subjectId} (deleted account)` } };
   }
-  return { event, names, subject: null };
+  return { event, names, subscriptions, subject: null };
 }

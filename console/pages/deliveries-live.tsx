@@ -2,7 +2,7 @@
 import { useSignal } from "@preact/signals";
 import { useEffect, useLayoutEffect, useRef } from "preact/hooks";
 import type { DeliveriesView, DeliveryRowView } from "../model.ts";
-import { DataTable, HttpStatus, relativeTime, RowSubject, StatusBadge, SubscriptionLabel, Time, WaitsForResume } from "./parts.tsx";
+import { DataTable, HttpStatus, relativeTime, RowSubject, StatusBadge, SubscriptionLabel, Time, WaitsForHold, WaitsForResume } from "./parts.tsx";
 
 /** REFRESH_MS is how often the deliveries page asks for the latest deliveries. */
 const REFRESH_MS = 3000;
@@ -116,7 +116,7 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
     <tr data-delivery-id={row.id}>
       <td data-label="Time">
         <a href={`/console/deliveries/${row.id}`} title={`Delivery ${row.id}`}>
-          <Time value={row.created_at} />
+          <Time value={row.created_at} zone={false} />
           <RowSubject>delivery {row.id}</RowSubject>
         </a>
       </td>
@@ -148,6 +148,8 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
       <td data-label="Next retry">
         {row.paused_since ? (
           <WaitsForResume since={row.paused_since} />
+        ) : row.held_until ? (
+          <WaitsForHold until={row.held_until} />
         ) : row.next_attempt_at ? (
           <span title={row.next_attempt_at}>{relativeTime(row.next_attempt_at, now)}</span>
         ) : (

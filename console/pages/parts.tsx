@@ -68,6 +68,55 @@ export function HeldNote({ subscription }: { subscription: { status: string; hel
   );
 }
 
+/**
+ * PausedNote says since when a subscription is paused, as FailingNote and HeldNote say theirs: a
+ * colleague finding it paused the next morning asks whether the pause is still meant.
+ */
+export function PausedNote({ subscription }: { subscription: { status: string; paused_at: string | null } }) {
+  if (subscription.status !== "paused" || subscription.paused_at === null) return null;
+  return (
+    <p class="paused-note">
+      Paused since <Time value={subscription.paused_at} />: nothing is sent to it, its deliveries are kept and go out on Resume.
+    </p>
+  );
+}
+
+/**
+ * SecretNote says when a subscription's secret was last rotated, through the API or the console,
+ * and whether the previous one still signs: after "everything fails" it is the first thing to
+ * ask. A previous secret that expired with the rotation had no grace period.
+ */
+export function SecretNote({ subscription: s }: { subscription: { secret_rotated_at: string | null; previous_secret_expires_at: string | null } }) {
+  if (s.secret_rotated_at === null) return null;
+  const retired = s.previous_secret_expires_at;
+  return (
+    <span class="secret-note">
+      Secret rotated at <Time value={s.secret_rotated_at} />
+      {retired === null || Date.parse(retired) <= Date.parse(s.secret_rotated_at) ? (
+        ", the previous one retired at once."
+      ) : Date.parse(retired) > Date.now() ? (
+        <>
+          ; the previous one still signs too until <Time value={retired} />.
+        </>
+      ) : (
+        <>
+          ; the previous one retired at <Time value={retired} />.
+        </>
+      )}
+    </span>
+  );
+}
+
+/**
+ * holdPuttingOff returns the end of its receiver's hold on a pending delivery's active subscription
+ * when that is later than the delivery's own next attempt, which it then puts off; else null. Both
+ * are RFC 3339 in UTC: they compare as text.
+ */
+export function holdPuttingOff(delivery: { status: string; next_attempt_at: string | null }, subscription: { status: string; held_until: string | null } | null): string | null {
+  const hold = subscription?.status === "active" && delivery.status === "pending" ? subscription.held_until : null;
+  return hold !== null && (delivery.next_attempt_at === null || hold > delivery.next_attempt_at) ? hold : null;
+}
+
 /** WaitsForHold takes the place of a pending delivery's next retry, when sooner, while its receiver holds its subscription (HeldNote). */
 export function WaitsForHold({ until }: { until: string }) {
   return (
@@ -92,12 +141,17 @@ function formatTime(iso: string): string {
   return `${iso.slice(0, t)} ${iso.slice(t + 1, t + 9)}`;
 }
 
-/** Time renders a timestamp in UTC with the exact value as a tooltip. */
-export function Time({ value }: { value: string | null }) {
+/**
+ * Time renders a timestamp in UTC, saying so ("2026-11-21 10:00:03 UTC": an operator elsewhere
+ * would read a bare time as local), with the exact value as a tooltip. `zone={false}` leaves the
+ * zone to a table column whose heading says "(UTC)".
+ */
+export function Time({ value, zone = true }: { value: string | null; zone?: boolean }) {
   if (value === null) return <span class="muted">–</span>;
   return (
     <time dateTime={value} title={`${value} (UTC)`}>
       {formatTime(value)}
+      {zone && " UTC"}
     </time>
   );
 }

@@ -57,9 +57,9 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
                 <MadeByText madeBy={t.made_by} names={props.names} />
               </td>
               <td data-label="Created">
-                <Time value={t.created_at} />
+                <Time value={t.created_at} zone={false} />
               </td>
-              <td data-label="Last used">{t.last_used_at ? <Time value={t.last_used_at} /> : <span class="muted">never</span>}</td>
+              <td data-label="Last used">{t.last_used_at ? <Time value={t.last_used_at} zone={false} /> : <span class="muted">never</span>}</td>
               <td data-label="Status">
                 <StatusBadge status={t.revoked_at ? "revoked" : "active"} />
               </td>
@@ -156,7 +156,7 @@ export function usersPage(props: { session: ConsoleSession; users: User[]; meta:
                 <code>{u.id}</code>
               </td>
               <td data-label="Created">
-                <Time value={u.created_at} />
+                <Time value={u.created_at} zone={false} />
               </td>
               <td class="row-actions">
                 <a href={`/console/contacts?assigned_user_id=${u.id}`}>
@@ -277,10 +277,10 @@ export function operatorsPage(props: {
                 <code>{o.id}</code>
               </td>
               <td data-label="Added">
-                <Time value={o.created_at} />
+                <Time value={o.created_at} zone={false} />
               </td>
               <td data-label="Last seen">
-                <Time value={o.last_seen_at} />
+                <Time value={o.last_seen_at} zone={false} />
               </td>
               <td class="row-actions">
                 <a href={`/console/operators/${o.id}/reset-password`}>
@@ -312,10 +312,10 @@ export function operatorsPage(props: {
                 <td data-label="Link">{l.purpose === "invite" ? "Invitation" : "Password reset"}</td>
                 <td data-label="Made by">{l.created_by ?? <span class="muted">{MADE_BY_WORDS.commandLine}</span>}</td>
                 <td data-label="Sent">
-                  <Time value={l.created_at} />
+                  <Time value={l.created_at} zone={false} />
                 </td>
                 <td data-label="Expires">
-                  <Time value={l.expires_at} />
+                  <Time value={l.expires_at} zone={false} />
                 </td>
                 <td class="row-actions">
                   <form method="post" action="/console/operators/links/withdraw" class="row-form">

@@ -6,7 +6,7 @@ import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
 import { MadeByText } from "../pages/made-by.tsx";
-import { DataTable, FailingNote, formatDuration, HeldNote, isolated, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
+import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, SecretNote, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 
 /** latencyText says a window's response times: "attempt time p50 120 ms · p95 800 ms", or that nothing was attempted. */
@@ -49,6 +49,7 @@ function HealthCard({ health, large, disableAfterHours }: { health: Subscription
       )}
       {!large && <FailingNote subscription={s} disableAfterHours={disableAfterHours} />}
       {!large && <HeldNote subscription={s} />}
+      {!large && <PausedNote subscription={s} />}
       <div class="health-charts">
         <div>
           <ChartHeading>
@@ -190,6 +191,10 @@ export function subscriptionPage(props: {
           </p>
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
           <HeldNote subscription={s} />
+          <PausedNote subscription={s} />
+          <p class="muted">
+            <SecretNote subscription={s} />
+          </p>
         </div>
         <section class="card health" id="health">
           <div class="card-head">
@@ -212,7 +217,7 @@ export function subscriptionPage(props: {
         <Attempts stats={props.stats} maxRate={s.max_rate} heldUntil={s.held_until} />
         <DataTable
           id="failures"
-          columns={["Reason", { label: "Deliveries", className: "num" }, "Latest (UTC)"]}
+          columns={["Reason", { label: "Deliveries", className: "num" }, "Last seen (UTC)"]}
           empty={
             props.failures === null
               ? "Not grouped this time: the service is holding as many slow reads as --slow-list-lane allows. Reload the page in a moment."
@@ -234,9 +239,9 @@ export function subscriptionPage(props: {
               <td data-label="Deliveries" class="num">
                 {f.deliveries}
               </td>
-              <td data-label="Latest">
+              <td data-label="Last seen">
                 <a href={`/console/deliveries/${f.latest_delivery_id}`}>
-                  <Time value={f.latest_at} />
+                  <Time value={f.latest_at} zone={false} />
                   <RowSubject>latest delivery failing with {f.reason}</RowSubject>
                 </a>
               </td>

@@ -18,6 +18,7 @@ export interface SubscriptionHealth {
 export interface FailureReason {
   reason: string;
   deliveries: number;
+  /** when the reason was last met (its last failed attempt), and the delivery that met it */
   latest_at: string;
   latest_delivery_id: string;
 }

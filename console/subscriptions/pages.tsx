@@ -11,7 +11,7 @@ import type { MakerNames } from "../../server/shared/made-by.ts";
 import { parseTimestamp } from "../../server/shared/time.ts";
 import { consoleFieldTime } from "../shell.ts";
 import { RotationLive, RotationPair, SecretRotationLive, Stepper, wizardTitle, type RotationLiveProps, type SecretRotationLiveProps } from "../pages/rotation-live.tsx";
-import { bidiBalanced, CsrfField, DataTable, FailingNote, HeldNote, Island, NoticeBox, receiverUrl, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, FailingNote, HeldNote, Island, NoticeBox, PausedNote, receiverUrl, RowSubject, SecretNote, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
 
 /** DEFAULT_EVENTS are ticked on a new subscription form. */
 const DEFAULT_EVENTS = ["contact.created", "contact.updated", "contact.deleted"];
@@ -163,12 +163,13 @@ export function subscriptionsPage(props: {
                 {s.disabled_reason && <div class="hint">{s.disabled_reason}</div>}
                 <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
                 <HeldNote subscription={s} />
+                <PausedNote subscription={s} />
               </td>
               <td data-label="Deliveries, last 24 hours">
                 <Counts counts={counts} />
               </td>
               <td data-label="Created">
-                <Time value={s.created_at} />
+                <Time value={s.created_at} zone={false} />
               </td>
               <td data-label="Made by">
                 <MadeByText madeBy={madeBy} names={props.names} />
@@ -317,6 +318,9 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
                   <span class="hint">
                     {s.events.join(", ")} · <StatusBadge status={s.status} />
                     {rotationId && " · rotation under way (continues where it stopped)"}
+                  </span>
+                  <span class="hint">
+                    <SecretNote subscription={s} />
                   </span>
                 </span>
               </label>
@@ -548,8 +552,17 @@ export function secretRotationPage(props: { session: ConsoleSession; view: Secre
             </h2>
             <p>
               The subscription gets a new secret, shown once. For the grace period every request carries two signatures, <code>v1,&lt;new&gt; v1,&lt;previous&gt;</code>,
-              so the receiver keeps verifying while it switches; the test event of step 3 carries the new one's alone.
+              so a receiver that has the current secret keeps verifying while it switches; the test event of step 3 carries the new one's alone.
             </p>
+            <p class="muted">
+              <SecretNote subscription={s} />
+            </p>
+            {s.secret_rotated_at !== null && s.failing_since !== null && s.failing_since >= s.secret_rotated_at && (
+              // No grace runs on this step: the previous secret is gone, and a receiver failing since the rotation likely never had the secret it made.
+              <p class="rotation-warning">
+                Every attempt has failed since the secret was rotated at <Time value={s.secret_rotated_at} />, and the previous one is no longer accepted: a receiver still on the secret before that rotation verifies neither signature of this one (the new secret's and the current one's), and goes on refusing until it is given the new secret.
+              </p>
+            )}
             <form method="post" action={`/console/subscriptions/${s.id}/rotate-secret`} class="stack">
               <CsrfField token={props.session.csrfToken} />
               <input type="hidden" name="secret_tag" value={props.view.secretTag} />

@@ -1138,17 +1138,28 @@ export type FailureReasonRow = {
   last_response_status: number | null;
   last_error: string | null;
   deliveries: number;
+  /** when a delivery of the group last changed, at its failed attempt (updated_at), and which one: the reason last met */
   latest_at: number;
   latest_id: string;
 }
 
-/** listFailureReasons groups a subscription's deliveries created since a time whose last attempt failed (failed, or pending with attempts), by reason, most frequent first, then latest first (by id within a millisecond). */
+/**
+ * listFailureReasons groups a subscription's deliveries created since a time whose last attempt
+ * failed (failed, or pending with attempts), by reason, most frequent first, then last met first:
+ * each group with the delivery that failed last (by id within a millisecond). A backlog made
+ * yesterday may be failing now, so when its newest delivery was made says nothing of that.
+ */
 export function listFailureReasons(db: Db, subscriptionId: string, since: number, limit: number): Promise<FailureReasonRow[]> {
   return db.all<FailureReasonRow>(
-    `SELECT last_response_status, last_error, count(*) AS deliveries, max(created_at) AS latest_at, max(id) AS latest_id
-     FROM webhook_deliveries
-     WHERE subscription_id = ? AND status IN ('failed', 'pending') AND created_at >= ? AND attempts > 0
-     GROUP BY last_response_status, last_error ORDER BY deliveries DESC, latest_at DESC, latest_id DESC LIMIT ?`,
+    `SELECT last_response_status, last_error, deliveries, updated_at AS latest_at, id AS latest_id FROM (
+       SELECT last_response_status, last_error, updated_at, id,
+         count(*) OVER reason AS deliveries,
+         row_number() OVER (reason ORDER BY updated_at DESC, id DESC) AS place
+       FROM webhook_deliveries
+       WHERE subscription_id = ? AND status IN ('failed', 'pending') AND created_at >= ? AND attempts > 0
+       WINDOW reason AS (PARTITION BY last_response_status, last_error)
+     ) AS failing
+     WHERE place = 1 ORDER BY deliveries DESC, latest_at DESC, latest_id DESC LIMIT ?`,
     [subscriptionId, since, limit],
   );
 }

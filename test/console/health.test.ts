@@ -111,7 +111,7 @@ describe("health at a glance", () => {
     const hourly = await expectChart(`#chart-${busy.id}-24h`, hours, 24);
     await expectChart(`#chart-${busy.id}-7d`, days, 7);
     // The text alternative says the same numbers.
-    expect([hourly.summary, hourly.alternative]).toEqual(["Deliveries per hour, last 24 hours: 10 deliveries, 1 failed.", "Deliveries per hour, last 24 hours: 10 deliveries, 1 failed."]);
+    expect([hourly.summary, hourly.alternative]).toEqual(["Deliveries per hour, last 24 hours: 10 deliveries: 7 succeeded, 1 failed, 2 pending.", "Deliveries per hour, last 24 hours: 10 deliveries: 7 succeeded, 1 failed, 2 pending."]);
     // Named as what they are: an HTTP attempt's time, not an event's time to delivery.
     expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().textContent()).toBe(`attempt time p50 ${latency(100)} · p95 ${latency(3000)}`);
     expect(await page.locator(`article[data-subscription-id="${busy.id}"] .latency`).first().getAttribute("title")).toBe(ATTEMPT_TIME);
@@ -249,7 +249,7 @@ describe("a subscription whose every attempt fails", () => {
       await server.api("POST", `/public/v1/webhook-subscriptions/${partner.id}/test`, {});
       let since: string | null = null;
       await waitFor(async () => (since = (await server.api("GET", `/public/v1/webhook-subscriptions/${partner.id}/stats`)).data.failing_since) !== null, "a failed attempt", 20_000);
-      const shown = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)}`;
+      const shown = (iso: string) => `${iso.slice(0, 10)} ${iso.slice(11, 19)} UTC`;
       const until = new Date(Date.parse(since!) + server.runtime.config.disableFailingAfterHours * HOUR).toISOString();
       const sentence = `Failing since ${shown(since!)}; disabled automatically at ${shown(until)} if every attempt goes on failing.`;
       await page.goto(`${server.url}/console/`);

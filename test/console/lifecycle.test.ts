@@ -300,7 +300,7 @@ describe("recover and pause from the subscriptions page", () => {
     // Waiting for Resume, not due: neither its row nor its page shows a retry time, nor a Retry now that would be refused.
     const [waiting] = (await server.api("GET", `/public/v1/webhook-deliveries?subscription_id=${sub.id}`)).data;
     const pausedAt: string = (await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data.paused_at;
-    const said = `waits for Resume (paused since ${pausedAt.slice(0, 10)} ${pausedAt.slice(11, 19)})`;
+    const said = `waits for Resume (paused since ${pausedAt.slice(0, 10)} ${pausedAt.slice(11, 19)} UTC)`;
     await page.goto(url(`/console/?subscription_id=${sub.id}`));
     expect(await page.textContent(`tr[data-delivery-id="${waiting.id}"] td[data-label="Next retry"]`)).toBe(said);
     await page.goto(url(`/console/deliveries/${waiting.id}`));

@@ -363,7 +363,7 @@ describe("auto-disable in the console", () => {
     await addOperator(h.rt.db);
     const client = new ConsoleClient((request) => h.app.handle(request));
     expect((await client.signIn()).status).toBe(303);
-    const since = `${failing_since.slice(0, 10)} ${failing_since.slice(11, 19)}`;
+    const since = `${failing_since.slice(0, 10)} ${failing_since.slice(11, 19)} UTC`;
     for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
       const page = await client.get(path);
       expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, `Failing since ${since}; not disabled automatically (--disable-failing-after-hours is 0).`]);
@@ -379,7 +379,7 @@ describe("auto-disable in the console", () => {
     expect((await client.signIn()).status).toBe(303);
     for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
       const page = await client.get(path);
-      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, "Failing since 9999-12-31 23:59:59; disabled automatically 87600 h after that if every attempt goes on failing."]);
+      expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, "Failing since 9999-12-31 23:59:59 UTC; disabled automatically 87600 h after that if every attempt goes on failing."]);
     }
   });
 
@@ -392,7 +392,7 @@ describe("auto-disable in the console", () => {
     await addOperator(h.rt.db);
     const client = new ConsoleClient((request) => h.app.handle(request));
     expect((await client.signIn()).status).toBe(303);
-    const since = new Date(failingSince).toISOString().slice(0, 19).replace("T", " ");
+    const since = `${new Date(failingSince).toISOString().slice(0, 19).replace("T", " ")} UTC`;
     for (const path of ["/console/", "/console/subscriptions", `/console/subscriptions/${sub.id}`]) {
       const page = await client.get(path);
       expect([path, page.status, failingNote(page.text)]).toEqual([path, 200, `Failing since ${since}; disabled automatically at its next attempt if that fails too (it has failed for longer than the 5 h limit).`]);
