@@ -12,7 +12,8 @@ export const READ_ONLY_ACCOUNT_FIELDS = ["id", "version", "created_at", "updated
 export const AccountInput = t.Object(
   {
     // A name of spaces alone names nothing, as an empty one does (and as a contact's counts as absent); one with a letter is stored as given.
-    name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "\\S", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }),
+    // U+0085 too: not \s to a regular expression, it is white space to nameKey, which keys such a name as "": every such name was one name.
+    name: t.String({ minLength: 1, maxLength: MAX_NAME_LENGTH, pattern: "[^\\s\\u0085]", error: `must be a string of 1 to ${MAX_NAME_LENGTH} characters, not spaces alone (an account needs a name)` }),
     domain: t.Optional(
       t.Union(
         [t.String({ minLength: 1, maxLength: MAX_DOMAIN_LENGTH, format: DOMAIN_FORMAT, description: "A host name of two labels or more (acme.example, www.müller.de): in its ASCII form, labels of 1 to 63 letters, digits and hyphens, none beginning or ending with a hyphen, the last not all digits, and at most 253 characters in all. A name in Unicode (müller.de) is stored in its ASCII form (xn--mller-kva.de), and one trailing dot is dropped (acme.example. is acme.example)." }), t.Null()],

@@ -157,5 +157,6 @@ export function parseCsv(text: string): string[][] {
 
 /** csvLine renders one record as a CSV line (CRLF-free; quoted where needed). */
 export function csvLine(fields: string[], separator: Separator = ","): string {
-  return fields.map((f) => (f.includes(separator) || /["\r\n]|^\s|\s$/.test(f) ? `"${f.replaceAll('"', '""')}"` : f)).join(separator);
+  // A comma too, whatever the separator: a header holding one outside quotes is read again as comma-separated (separatorOf).
+  return fields.map((f) => (f.includes(separator) || /[",\r\n]|^\s|\s$/.test(f) ? `"${f.replaceAll('"', '""')}"` : f)).join(separator);
 }

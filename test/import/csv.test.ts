@@ -31,8 +31,17 @@ describe("CSV: separators", () => {
     const text = '\uFEFFName;Notes\r\n"Weiß; Söhne";a, b\r\n"x ""y""";\r\n';
     const whole = Array.from(csvRecords([text], ";"), (record) => record.fields);
     expect(whole).toEqual([["Name", "Notes"], ["Weiß; Söhne", "a, b"], ['x "y"', ""]]);
-    expect(whole.map((fields) => csvLine(fields, ";"))).toEqual(["Name;Notes", '"Weiß; Söhne";a, b', '"x ""y""";']);
+    expect(whole.map((fields) => csvLine(fields, ";"))).toEqual(["Name;Notes", '"Weiß; Söhne";"a, b"', '"x ""y""";']);
     for (let at = 0; at <= text.length; at++) expect(Array.from(csvRecords([text.slice(0, at), text.slice(at)], ";"), (record) => record.fields)).toEqual(whole);
+  });
+
+  test("a header written with a semicolon or tab quotes a cell holding a comma, so the invalid-rows file is read again with its separator, not as comma-separated", () => {
+    for (const separator of [";", "\t"] as const) {
+      const header = ["Name, full", "E-Mail", "import_row", "import_errors"];
+      const line = csvLine(header, separator);
+      expect([line, separatorOf(`${line}\r\n`), Array.from(csvRecords([line], separator), (record) => record.fields)]).toEqual([['"Name, full"', "E-Mail", "import_row", "import_errors"].join(separator), separator, [header]]);
+    }
+    expect(csvLine(["a;b", "c\td"])).toBe("a;b,c\td");
   });
 });
 

@@ -477,7 +477,7 @@ describe("crm import contacts: separators", () => {
     const bad = "E-Mail: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
     const de = await importText("de.csv", '\uFEFFVorname;Nachname;E-Mail;Firma\r\nJürgen;Weiß;juergen@example.de;"Weiß; Söhne AG"\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co\r\n', "--map", "Firma=account.name");
     expect([de.code, de.stderr.split("\n").slice(0, 2)]).toEqual([1, ["read as semicolon-separated: the header has no comma", "columns: E-Mail -> email, Firma -> account.name; ignored: Vorname, Nachname"]]);
-    expect(readFileSync(join(server.dir, "de.invalid.csv"), "utf8")).toBe(`\uFEFFVorname;Nachname;E-Mail;Firma;import_row;import_errors\r\nHans;Meier;hans(at)example.de;Meier, Schulz & Co;2;${bad}\r\n`);
+    expect(readFileSync(join(server.dir, "de.invalid.csv"), "utf8")).toBe(`\uFEFFVorname;Nachname;E-Mail;Firma;import_row;import_errors\r\nHans;Meier;hans(at)example.de;"Meier, Schulz & Co";2;"${bad}"\r\n`);
     const tab = await importText("tab.csv", "Email\tFirst name\tCompany\ntab@example.com\tTabitha\tTab, Inc.\n");
     expect([tab.code, tab.stderr.split("\n").slice(0, 2)]).toEqual([0, ["read as tab-separated: the header has no comma", "columns: Email -> email, First name -> first_name, Company -> account.name"]]);
     expect(await contactAccounts()).toEqual([
