@@ -657,7 +657,7 @@ const NAME_INDEXING_INTERVAL_MS = 250;
 
 /** indexNamesWaiting indexes the names of contacts waiting for the name index, if any: before a name search, so it finds them, and in the background job. */
 async function indexNamesWaiting(db: Database): Promise<void> {
-  if (await hasUnindexedNames(db)) await db.write(indexWaitingNames);
+  if (await hasUnindexedNames(db)) await db.writeIndex(indexWaitingNames);
 }
 
 /**

@@ -360,6 +360,10 @@ export class SqliteDatabase implements Database {
     return this.groups.submit(work, true);
   }
 
+  writeIndex(work: (tx: Db) => Promise<void>): Promise<void> {
+    return this.groups.submit(work);
+  }
+
   writesWaiting(): number {
     return this.groups.waiting();
   }

@@ -724,6 +724,11 @@ export class PostgresDatabase extends PostgresDb implements Database {
     for (const callback of this.afterCommitCallbacks) callback();
   }
 
+  /** writeIndex is `write`: PostgreSQL keeps its indexes in each transaction, and never has its file replaced. */
+  writeIndex(work: (tx: Db) => Promise<void>): Promise<void> {
+    return this.write(work);
+  }
+
   writesWaiting(): number {
     return this.groups.waiting();
   }

@@ -64,6 +64,13 @@ export interface Database extends Db {
    */
   writeBookkeeping(work: (tx: Db) => Promise<void>): Promise<void>;
   /**
+   * writeIndex runs a `write` that only brings an index up to date with rows the database holds
+   * (the name search's waiting names). On SQLite it goes on after the file was replaced, where
+   * `write` is refused: the reads that go on from the lost file need it, and it answers no change
+   * that the restart would lose.
+   */
+  writeIndex(work: (tx: Db) => Promise<void>): Promise<void>;
+  /**
    * read runs reads that must agree with each other (a row and its children) in one snapshot.
    * SQLite's reads of one event-loop turn already share one; on PostgreSQL each statement on the
    * pool sees every commit made before it, so a row and its children could disagree.

@@ -149,4 +149,37 @@ describe("a database file replaced under a running serve", () => {
       }
     }, 120_000);
   }
+
+  test("a name search after the watch noticed, with names still waiting for the name index: it indexes them in the lost file and finds them, as before the move", async () => {
+    const dataDir = tempDir("replaced-names");
+    const token = createToken(SOURCE, dataDir);
+    const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warn"]);
+    const file = join(dataDir, "crm.sqlite");
+    let seen: Record<string, unknown>;
+    try {
+      for (let i = 0; i < 3; i++) expect((await api(server.url, token, "POST", "/public/v1/contacts", { first_name: `Grace${i}`, last_name: "Hopper" })).status).toBe(201);
+      const backup = join(tempDir("replaced-names-backup"), "crm.sqlite");
+      expect(runCli([...SOURCE, "backup", backup, "--data-dir", dataDir]).exitCode).toBe(0);
+      // The service indexes waiting names every 250 ms, a loaded machine later: this connection,
+      // opened on the file before the move, holds the write lock until the watch has noticed, and
+      // then puts the names back on the waiting list, so that they are waiting whatever the timing.
+      const lost = new Database(file);
+      try {
+        lost.run("PRAGMA busy_timeout = 10000");
+        lost.run("BEGIN IMMEDIATE");
+        renameSync(backup, file);
+        await waitUntil(async () => (await fetch(`${server.url}/readyz`)).status === 503, "the replaced file to be noticed", server.proc);
+        lost.run("DELETE FROM contacts_full_name WHERE rowid IN (SELECT rowid FROM contacts WHERE last_name = 'Hopper')");
+        lost.run("INSERT OR IGNORE INTO contacts_full_name_pending (contact_rowid) SELECT rowid FROM contacts WHERE last_name = 'Hopper'");
+        lost.run("COMMIT");
+      } finally {
+        lost.close();
+      }
+      const search = await api(server.url, token, "GET", "/public/v1/contacts?full_name=Hopper");
+      seen = { search: [search.status, search.body.meta?.total], post: (await api(server.url, token, "POST", "/public/v1/contacts", { first_name: "After" })).status };
+    } finally {
+      expect((await server.stopWith("SIGTERM")).exitCode).toBe(0);
+    }
+    expect(seen).toEqual({ search: [200, 3], post: 503 });
+  }, 120_000);
 });

@@ -34,6 +34,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     changeClock: db.changeClock,
     write: (work) => db.write(work),
     writeBookkeeping: (work) => db.writeBookkeeping(work),
+    writeIndex: (work) => db.writeIndex(work),
     read: inSnapshot,
     readWithin: (_limits, work) => inSnapshot(work),
     readAside: inSnapshot,
