@@ -98,7 +98,7 @@ describe("who made a token or a subscription", () => {
 
 /** madeByCells reads, from a page's table, each row's "Made by" cell as text, by the row's id (its `data-*-id`). */
 function madeByCells(html: string, idAttribute: string): Record<string, string> {
-  const rows = [...html.matchAll(new RegExp(`<tr ${idAttribute}="([^"]+)">([\\s\\S]*?)</tr>`, "g"))];
+  const rows = [...html.matchAll(new RegExp(`<tr [^>]*\\b${idAttribute}="([^"]+)"[^>]*>([\\s\\S]*?)</tr>`, "g"))];
   return Object.fromEntries(rows.map(([, id, row]) => [id, textOf(/<td data-label="Made by">([\s\S]*?)<\/td>/.exec(row!)![1]!)]));
 }
 
