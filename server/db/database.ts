@@ -518,9 +518,10 @@ function endTurn(watch: Watch): void {
  * openConnection opens the SQLite file with the pragmas every connection needs. A file that cannot
  * be opened (another user's, not a database, read-only) is a ConfigError naming the file and the
  * setting, reported as one line; one another user owns says whose it is and the fix, not SQLite's
- * "unable to open database file".
+ * "unable to open database file". `alone`: in EXCLUSIVE locking mode (openDatabaseAlone), its
+ * busy error thrown as it is while another process has the file open.
  */
-function openConnection(path: string, synchronous: Synchronous, file?: FileId): StatementCachingDatabase {
+function openConnection(path: string, synchronous: Synchronous, file?: FileId, { alone = false }: { alone?: boolean } = {}): StatementCachingDatabase {
   let db: StatementCachingDatabase | undefined;
   try {
     if (file) {
@@ -531,6 +532,11 @@ function openConnection(path: string, synchronous: Synchronous, file?: FileId): 
       refuseAnotherFile(path, file);
     } else {
       db = new StatementCachingDatabase(path, { create: true, strict: true });
+    }
+    if (alone) {
+      // Before the first read, which takes the lock: refused at once while another process has the file open.
+      db.run("PRAGMA busy_timeout = 0");
+      db.run("PRAGMA locking_mode = EXCLUSIVE");
     }
     db.run("PRAGMA journal_mode = WAL");
     db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
@@ -546,7 +552,7 @@ function openConnection(path: string, synchronous: Synchronous, file?: FileId): 
     return db;
   } catch (error) {
     db?.close();
-    if (!(error instanceof SQLiteError)) throw error;
+    if (!(error instanceof SQLiteError) || (alone && isSqliteBusy(error))) throw error;
     // SQLite opens the WAL and shared-memory files too: a stale one of root's fails the open as well.
     const notOwned = [path, `${path}-wal`, `${path}-shm`].map((file) => notOwnedText(file, dirname(path))).find((text) => text !== null);
     throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${notOwned ?? error.message}`);
@@ -722,25 +728,32 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
 }
 
 /**
- * databaseOpenElsewhere tells whether another process has the SQLite file at `path` open, whether
- * or not it holds crm.lock (a serve from before 2026-11-27 takes none). In WAL mode every connection
- * holds a shared lock on the file from its first read until it closes, and a connection in
- * EXCLUSIVE locking mode takes an exclusive one at its first read, refused while any is held. This
- * process must have no connection of its own open on the file: SQLite counts its locks too.
+ * openDatabaseAlone opens the SQLite file at `path` on one connection that has it to itself, for a
+ * schema change, or null when another process has the file open, whether or not it holds crm.lock
+ * (a serve from before 2026-11-27 takes none). In WAL mode every connection holds a shared lock on
+ * the file from its first read until it closes, and a connection in EXCLUSIVE locking mode takes an
+ * exclusive one at its first read, refused while any is held, and keeps it until it closes: what
+ * runs on it runs with no other process in the file. A check on a connection of its own, closed
+ * before the work's connections opened, left an instant for a serve to open the file unseen.
+ * This process must have no connection of its own open on the file: SQLite counts its locks too.
  */
-export function databaseOpenElsewhere(path: string): boolean {
-  let probe: SqliteConnection | undefined;
+export function openDatabaseAlone(path: string, synchronous: Synchronous = "full"): SqliteDatabase | null {
+  let connection: StatementCachingDatabase;
   try {
-    probe = new SqliteConnection(path, { readwrite: true });
-    probe.run("PRAGMA busy_timeout = 0");
-    probe.run("PRAGMA locking_mode = EXCLUSIVE");
-    probe.query("SELECT count(*) FROM sqlite_master").get();
-    return false;
+    connection = openConnection(path, synchronous, undefined, { alone: true });
   } catch (error) {
-    if (isSqliteBusy(error)) return true;
+    if (isSqliteBusy(error)) return null;
     throw error;
-  } finally {
-    probe?.close();
+  }
+  const db = new SqliteDatabase(connection, connection, path);
+  try {
+    // Takes the exclusive lock now, should the PRAGMAs not have read the file.
+    connection.query("SELECT count(*) FROM sqlite_master").get();
+    return db;
+  } catch (error) {
+    connection.close();
+    if (isSqliteBusy(error)) return null;
+    throw error;
   }
 }
 
