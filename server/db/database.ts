@@ -589,11 +589,11 @@ function createDatabaseFile(path: string): boolean {
  * survives power loss; group commit makes that one sync per batch of concurrent writes rather
  * than one per request. An in-memory database has one connection for both. Its files are made
  * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod,
- * or one on a file system that takes no writes (openImmutable).
+ * or one on a file system that takes no writes (openUnwritable).
  */
 export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
-  if (copying && takesNoWrites(dirname(path)) && !existsSync(`${path}-wal`)) {
-    const file = openImmutable(path);
+  if (copying && takesNoWrites(dirname(path))) {
+    const file = openUnwritable(path);
     return new SqliteDatabase(file, file, path);
   }
   const owned = path !== ":memory:" && !copying;
@@ -628,16 +628,23 @@ function takesNoWrites(directory: string): boolean {
 }
 
 /**
- * openImmutable opens, to copy it, a database closed cleanly (no WAL beside it: all of it is in the
- * file) on a file system that takes no writes, where SQLite could create no WAL or shared memory
- * to open it otherwise: immutable, it reads the file as it is and takes no lock, which nothing
- * there can write anyway. A WAL left beside it (a serve killed, or the file system turned
- * read-only under it) holds commits the file lacks: SQLite then opens it read-only as usual.
+ * openUnwritable opens, to copy it, a database on a file system that takes no writes, where SQLite
+ * can create no WAL or shared memory to open it otherwise; nothing there can change the file. One
+ * closed cleanly (no WAL beside it: all of it is in the file) opens immutable: read as it is, with
+ * no lock. A WAL left beside it (a serve killed, or the file system turned read-only under it)
+ * holds commits the file lacks, which `immutable=1` would not copy: with no locks (the unix-none
+ * VFS) and in EXCLUSIVE locking mode SQLite reads it through an index in memory, without the
+ * shared-memory file, which may be missing too (it could not be opened without it).
  */
-function openImmutable(path: string): StatementCachingDatabase {
+function openUnwritable(path: string): StatementCachingDatabase {
+  const withWal = existsSync(`${path}-wal`);
+  let db: StatementCachingDatabase | undefined;
   try {
-    return new StatementCachingDatabase(`${pathToFileURL(path).href}?immutable=1`, sqliteFlags.SQLITE_OPEN_READONLY | sqliteFlags.SQLITE_OPEN_URI);
+    db = new StatementCachingDatabase(`${pathToFileURL(path).href}?${withWal ? "vfs=unix-none" : "immutable=1"}`, sqliteFlags.SQLITE_OPEN_READONLY | sqliteFlags.SQLITE_OPEN_URI);
+    if (withWal) db.run("PRAGMA locking_mode = EXCLUSIVE");
+    return db;
   } catch (error) {
+    db?.close();
     if (!(error instanceof SQLiteError)) throw error;
     throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
   }
