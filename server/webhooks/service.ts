@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS, RECOVERY_GRACE_MS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { madeByColumns, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
@@ -578,13 +578,13 @@ export interface RecoveryWindow {
   until: number;
 }
 
-/** recoveryWindow checks a recovery window: RFC 3339 times, since at most MAX_RECOVERY_DAYS ago, until after since and not in the future. */
+/** recoveryWindow checks a recovery window: RFC 3339 times, since at most MAX_RECOVERY_DAYS ago (and RECOVERY_GRACE_MS), until after since and not in the future. */
 export function recoveryWindow(input: RecoveryInput, now = Date.now()): RecoveryWindow {
   const since = parseTimestamp(input.since);
   const until = input.until === undefined ? now : parseTimestamp(input.until);
   const errors: { pointer: string; detail: string }[] = [];
   if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
-  else if (since < now - MAX_RECOVERY_DAYS * 86_400_000) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
+  else if (since < now - MAX_RECOVERY_DAYS * 86_400_000 - RECOVERY_GRACE_MS) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
   else if (since >= now) errors.push({ pointer: "/since", detail: "must be in the past" });
   if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
   else if (since !== null && since < now && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
