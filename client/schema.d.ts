@@ -5998,7 +5998,7 @@ export interface operations {
                 "application/json": {
                     /**
                      * Format: date-time
-                     * @description Start of the window (inclusive), RFC 3339, at most 14 days ago. Deliveries created from then on are considered.
+                     * @description Start of the window (inclusive), RFC 3339, at most 14 days ago (a minute more is taken, for a window counted at the edge and confirmed a moment later). Deliveries created from then on are considered.
                      */
                     since: string;
                     /**

@@ -226,7 +226,7 @@ const windowTime = (description: string) =>
 /** RecoveryInput is the body of POST /webhook-subscriptions/:id/recover. */
 export const RecoveryInput = t.Object(
   {
-    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`),
+    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago (a minute more is taken, for a window counted at the edge and confirmed a moment later). Deliveries created from then on are considered.`),
     until: t.Optional(windowTime("End of the window (exclusive), RFC 3339, after `since`; default now.")),
   },
   { additionalProperties: false, examples: [{ since: "2026-11-20T08:00:00Z", until: "2026-11-20T14:00:00Z" }] },
