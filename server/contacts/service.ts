@@ -22,6 +22,7 @@ import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../lim
 import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { insertTombstone } from "../tombstones/store.ts";
+import { codePoints } from "../shared/text.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -574,13 +575,14 @@ function emailFilter(value: string | undefined): string | undefined {
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
-  const given = value.normalize("NFC").split(",");
-  // Items counted as given, repeats too: the document's pattern, which cannot tell a repeat, counts them so.
-  const tags = [...new Set(given)];
-  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || given.length > MAX_TAGS) {
-    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
-  }
-  return tags;
+  // Items and their characters counted as given, as the document's pattern counts them: repeats
+  // too (a pattern cannot tell one), and in code points, before NFC (which may change a count).
+  const given = value.split(",");
+  const limit = `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`;
+  const tooLong = given.findIndex((tag) => codePoints(tag) > MAX_TAG_LENGTH);
+  if (tooLong >= 0) throw validationProblem([{ parameter: "tag", detail: `${limit}: tag ${tooLong + 1} has ${codePoints(given[tooLong]!)} characters (Unicode code points, as given)` }]);
+  if (given.some((tag) => tag.length === 0) || given.length > MAX_TAGS) throw validationProblem([{ parameter: "tag", detail: limit }]);
+  return [...new Set(given.map((tag) => tag.normalize("NFC")))];
 }
 
 /**
