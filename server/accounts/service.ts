@@ -8,6 +8,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
@@ -195,8 +196,8 @@ function domainFilter(value: string | undefined): string | undefined {
 }
 
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
-export async function listAccountsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS });
+export async function listAccountsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS }, secrets);
   const filters = {
     name: query.name as string | undefined,
     domain: domainFilter(query.domain as string | undefined),
@@ -210,7 +211,7 @@ export async function listAccountsPage(db: Database, query: Record<string, unkno
     (source) => countAccounts(source, filters),
   );
   const column = ACCOUNT_SORT_COLUMNS[list.sortBy];
-  return { data: pageRows(list, read).map(toAccount), meta: listMeta(list, total, read, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
+  return { data: pageRows(list, read).map(toAccount), meta: listMeta(list, total, read, (row: AccountRow) => row[column]) };
 }
 
 /**

@@ -51,7 +51,7 @@ export function contactRoutes(rt: Runtime) {
       detail: { operationId: "createContact", summary: "Create a contact", description: "Creates a contact and sends contact.created to subscribed webhooks. Search by email first when the same person may arrive from several sources; send an Idempotency-Key built from a stable source id.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
-    .get("", async ({ query, request, set, token }) => sendJson(set, await listContactsPage(rt.db, withRepeatedValues(query, request.url), token.id)), {
+    .get("", async ({ query, request, set, token }) => sendJson(set, await listContactsPage(rt.db, rt.secrets, withRepeatedValues(query, request.url), token.id)), {
       query: ContactListQuery,
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.

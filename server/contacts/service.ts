@@ -11,6 +11,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import type { JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { cursorAfter, listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
@@ -699,7 +700,7 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
-/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,750 characters. */
+/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,687 characters. */
 const PAGE_ENVELOPE_BYTES = 4 * 1024;
 
 /**
@@ -724,8 +725,8 @@ function includePageRefusal(fit: number): string {
 }
 
 /** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
-export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
-  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
+export async function listContactsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
+  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] }, secrets);
   const filters = {
     email: emailFilter(query.email as string | undefined),
     fullName: (query.full_name as string | undefined)?.normalize("NFC"),
@@ -755,7 +756,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     if (told === null && outsideSnapshot) return MOVED;
     const matches = told ?? (await countContacts(source, filters));
     const sortValueOf = (row: ContactVersion) => row[list.sortBy] as SortValue;
-    const meta = listMeta(list, matches, read, sortValueOf, query, CONTACT_FILTERS);
+    const meta = listMeta(list, matches, read, sortValueOf);
     if (include.length > 0) {
       const data = await renderContacts(source, rows as ContactRow[], include);
       if (data === MOVED) return MOVED;
@@ -763,7 +764,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
       if (texts.length < data.length) {
         // A page by number that ended early would shift every later one: the next would skip the rest of this one.
         if (!list.cursor) throw validationProblem([{ parameter: "per_page", detail: includePageRefusal(texts.length) }]);
-        meta.next_cursor = cursorAfter(list, rows[texts.length - 1]!, sortValueOf, query, CONTACT_FILTERS);
+        meta.next_cursor = cursorAfter(list, rows[texts.length - 1]!, sortValueOf);
       }
       return `{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>;
     }

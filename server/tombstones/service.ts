@@ -51,7 +51,7 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
  * caller resyncs in full.
  */
 export async function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): Promise<{ data: Tombstone[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true });
+  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true }, rt.secrets);
   const since = parseTimestampFilter("since", query.since);
   const after = since ?? -1;
   const { read, total } = await readListPage(
@@ -65,7 +65,7 @@ export async function listDeletedPage(rt: Runtime, resource: Resource, query: Re
   );
   return {
     data: pageRows(list, read).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at), version: row.version })),
-    meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
+    meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at),
   };
 }
 

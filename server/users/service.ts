@@ -7,6 +7,7 @@ import { detachUserFromContacts } from "../contacts/service.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiEmail } from "../shared/domains.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
@@ -117,8 +118,8 @@ export async function allUsers(db: Db): Promise<User[]> {
 }
 
 /** listUsersPage returns one page of users for the list endpoint, sorted and filtered as the query asks. */
-export async function listUsersPage(db: Database, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS });
+export async function listUsersPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS }, secrets);
   const filters = { updatedAfter: parseTimestampFilter("updated_after", query.updated_after) };
   const { read, total } = await readListPage(
     db,
@@ -126,7 +127,7 @@ export async function listUsersPage(db: Database, query: Record<string, unknown>
     (source) => listUsers(source, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) }),
     (source) => countUsers(source, filters),
   );
-  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row[list.sortBy], query, USER_FILTERS) };
+  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row[list.sortBy]) };
 }
 
 /** missingUserIds returns the given ids that name no user. */

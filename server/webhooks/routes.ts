@@ -74,7 +74,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, query), {
+    .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, rt.secrets, query), {
       query: SubscriptionListQuery,
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
@@ -212,7 +212,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, query), {
+    .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, rt.secrets, query), {
       query: DeliveryListQuery,
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },

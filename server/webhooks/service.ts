@@ -263,8 +263,8 @@ export async function openReplayedSecret(rt: Runtime, body: { data: Subscription
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
-export async function listSubscriptionsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true });
+export async function listSubscriptionsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true }, secrets);
   const eventType = query.event as string | undefined;
   const { read, total } = await readListPage(
     db,
@@ -272,7 +272,7 @@ export async function listSubscriptionsPage(db: Database, query: Record<string, 
     (source) => listSubscriptions(source, eventType, pageWindow(list)),
     (source) => countSubscriptions(source, eventType),
   );
-  const meta = listMeta(list, total, read, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
+  const meta = listMeta(list, total, read, (row: SubscriptionRow) => row.created_at);
   return { data: pageRows(list, read).map((row) => toSubscription(row)), meta };
 }
 
@@ -689,8 +689,8 @@ export async function addTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeO
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, request_id, status, created_after. */
-export async function listDeliveriesPage(db: Database, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true });
+export async function listDeliveriesPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true }, secrets);
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
     eventType: query.event as string | undefined,
@@ -707,7 +707,7 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
     async (source) => listDeliveries(source, await plan(source), pageWindow(list)),
     async (source) => countMatchingDeliveries(source, await plan(source)),
   );
-  const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
+  const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at);
   return { data: pageRows(list, read).map(toDelivery), meta };
 }
 

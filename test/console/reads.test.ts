@@ -155,7 +155,7 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
       const query = { event: filters.eventType, ...(filters.subscriptionId ? { subscription_id: filters.subscriptionId } : { status: filters.status }), per_page: "1" };
       found[label] = {
         console: await drivingIndexes(async (db) => [await deliveriesAfter(db, filters, null, 1), await countMatchingDeliveries(db, filters)]),
-        api: await drivingIndexes((db) => listDeliveriesPage(db, query)),
+        api: await drivingIndexes((db) => listDeliveriesPage(db, h.rt.secrets, query)),
         ids: page.data.map((d) => d.id),
         total: await countMatchingDeliveries(h.rt.db, filters),
       };
@@ -175,7 +175,7 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
       return spy.captured.filter((c) => c.sql.includes("FROM webhook_delivery_kind_hours") && !c.sql.includes("subscription_id")).length;
     };
     expect({
-      api: await kindCounts((db) => listDeliveriesPage(db, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
+      api: await kindCounts((db) => listDeliveriesPage(db, h.rt.secrets, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
       console: await kindCounts((db) => latestDeliveries(db, { event: "webhook.ping", subscription_id: subscriptionId })),
     }).toEqual({ api: 1, console: 1 });
   });
