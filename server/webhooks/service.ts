@@ -476,7 +476,8 @@ export async function failResetDeliveries(db: Database, subscriptions: ResetSubs
 
 /**
  * enableSubscription makes a disabled subscription active again (events from now on are delivered
- * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
+ * to it, at once: a hold its receiver asked for ends; deliveries failed while it was disabled stay
+ * failed) and returns it. An active one is
  * returned unchanged. One whose secret was lost with the secrets key is refused (409
  * secret-rotation-required) until its secret is rotated: it would sign with one no receiver knows.
  */

@@ -481,12 +481,18 @@ export async function listLostSecretSubscriptionIds(db: Db): Promise<Set<string>
 }
 
 /**
- * enableSubscription makes a disabled subscription active again, its failing streak forgotten, and
- * not paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it
- * waiting); it tells whether it was disabled.
+ * enableSubscription makes a disabled subscription active again, its failing streak forgotten, not
+ * paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it waiting)
+ * and not held: its receiver's Retry-After was asked of the sender before the operator mended it
+ * and enabled it; it tells whether it was disabled.
  */
 export async function enableSubscription(db: Db, id: string, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'", [now, id])) > 0;
+  return (
+    (await db.run(
+      "UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, held_until = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'",
+      [now, id],
+    )) > 0
+  );
 }
 
 /** markSubscriptionFailing notes the first failed attempt of a streak. */
