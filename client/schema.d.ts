@@ -7285,7 +7285,7 @@ export interface operations {
                         disabled_at: string;
                         /** @description When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null. */
                         failing_since: string | null;
-                        /** @description Its pending deliveries, ended as failed. */
+                        /** @description Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed. */
                         pending_deliveries_failed: number;
                     };
                 };

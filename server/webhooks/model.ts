@@ -377,7 +377,7 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
           reason: t.String({ description: "Why, in words; the subscription's disabled_reason." }),
           disabled_at: t.String({ format: "date-time" }),
           failing_since: t.Union([t.String({ format: "date-time" }), t.Null()], { description: "When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null." }),
-          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries, ended as failed." }),
+          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed." }),
         },
         { additionalProperties: false },
       ),

@@ -523,17 +523,29 @@ export async function holdSubscription(db: Db, id: string, until: number): Promi
 const heldClause = "(s.held_until IS NOT NULL AND s.held_until > ? AND s.held_until <= ?)";
 const heldParameters = (now: number) => [now, now + RETRY_AFTER_CAP_MS];
 
-/** countPendingDeliveriesOf counts a subscription's pending deliveries. */
-export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
-  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
+/** countUnsentDeliveriesOf counts the pending deliveries of a subscription that no attempt holds at `now` (unleasedClause): those failUnsentDeliveries fails. */
+export async function countUnsentDeliveriesOf(db: Db, subscriptionId: string, now: number): Promise<number> {
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause}`, [subscriptionId, now]))!.n;
 }
 
-/** failPendingDeliveries ends at most `limit` pending deliveries of a subscription with the given reason and returns how many: fewer than `limit` leaves none pending. */
-export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+/**
+ * unleasedClause is the condition of a delivery no attempt holds at its one parameter, now: its
+ * lease, if any, has run out (its instance stopped without recording the attempt).
+ */
+const unleasedClause = "(locked_until IS NULL OR locked_until <= ?)";
+
+/**
+ * failUnsentDeliveries ends at most `limit` pending deliveries of a subscription with the given
+ * reason, those no attempt holds at `now` (unleasedClause), and returns how many: fewer than `limit`
+ * leaves none but those. A delivery with an attempt under way is left to it: the attempt ends it,
+ * succeeded or failed, as the receiver answers (failed here, it would be counted failed unsent, then
+ * end succeeded).
+ */
+export function failUnsentDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
   return db.run(
     `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
-     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' LIMIT ?)`,
-    [reason, now, subscriptionId, limit],
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause} LIMIT ?)`,
+    [reason, now, subscriptionId, now, limit],
   );
 }
 

@@ -1,5 +1,9 @@
 import { describe, expect, test } from "bun:test";
-import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { Webhook } from "standardwebhooks";
+import { metricsText } from "../../server/ops/service.ts";
+import { parseExposition } from "../ops/prometheus.ts";
+import { ISO } from "../foundation/support.ts";
+import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // What an operator's action does to what a receiver taught the delivery loop: the hold its
 // Retry-After asked for, the cut its unanswered attempts earned (README, Webhooks, Delivery).
@@ -29,5 +33,57 @@ describe("a receiver's hold (Retry-After) and the operator", () => {
     const after = await createContact("After the enable");
     await waitFor(() => r.received.length === 3, "the event made after the enable sent");
     expect(r.received.map((got) => `${got.json.type} ${got.json.data.id ?? "ping"}`)[2]).toBe(`contact.created ${after.id}`);
+  });
+});
+
+describe("subscription.disabled: pending_deliveries_failed", () => {
+  test("counts only the pending deliveries the disable failed: one whose attempt was under way at the disable is left to it, and ends as its answer says (s37 cuthold)", async () => {
+    h = await scope.harness({ retrySchedule: [3600] });
+    const onCall = receiver("/on-call");
+    const pager = await h.subscribe(onCall.url, ["subscription.disabled"]);
+    const r = receiver("/dying");
+    const answered = Promise.withResolvers<void>();
+    // The first delivery fails and waits an hour for its retry; the second is held open until the
+    // disable is over; the third is answered 410 Gone, which disables the subscription meanwhile.
+    r.respond(async (_, i) => {
+      if (i === 0) return new Response("down", { status: 500 });
+      if (i === 1) await answered.promise;
+      return i === 2 ? new Response("gone", { status: 410 }) : new Response(null, { status: 204 });
+    });
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    await createContact("Waiting for its retry");
+    await waitFor(() => r.received.length === 1, "the first attempt");
+    await createContact("Under way at the disable");
+    await waitFor(() => r.received.length === 2, "the second attempt open at the receiver");
+    await createContact("Gone");
+    await waitFor(() => onCall.received.length === 1, "the subscription.disabled event");
+    answered.resolve();
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempt under way at the disable recorded");
+    const deliveries = await settledDeliveries(h, `subscription_id=${sub.id}`);
+    const [waiting, underWay, gone] = r.received.map((got) => got.headers["webhook-id"]);
+    const outcome = (id: string | undefined) => deliveries.filter((d) => d.id === id).map(({ status, attempts, last_response_status, last_error }) => ({ status, attempts, last_response_status, last_error }));
+    expect([outcome(waiting), outcome(underWay), outcome(gone)]).toEqual([
+      [{ status: "failed", attempts: 1, last_response_status: 500, last_error: "not sent: the subscription was disabled after its receiver answered 410 Gone" }],
+      [{ status: "succeeded", attempts: 1, last_response_status: 204, last_error: null }],
+      [{ status: "failed", attempts: 1, last_response_status: 410, last_error: null }],
+    ]);
+    const disabled = (await h.json("GET", subscriptionPath(sub.id))).body.data;
+    expect(new Webhook(pager.secret).verify(onCall.received[0]!.body, onCall.received[0]!.headers)).toEqual({
+      type: "subscription.disabled",
+      event_id: expect.stringMatching(/^evt_[0-9A-Z]{26}$/),
+      timestamp: disabled.disabled_at,
+      data: {
+        subscription_id: sub.id,
+        target_url: r.url,
+        description: null,
+        reason: `the receiver answered 410 Gone to delivery ${gone}`,
+        disabled_at: disabled.disabled_at,
+        failing_since: expect.stringMatching(ISO),
+        pending_deliveries_failed: 1,
+      },
+    });
+    // The metrics agree: the delivery under way is counted once, by its attempt, as succeeded.
+    const scraped = parseExposition(await metricsText(h.rt));
+    expect({ succeeded: scraped.value("crm_webhook_deliveries_total", { status: "succeeded" }), failed: scraped.value("crm_webhook_deliveries_total", { status: "failed" }) }).toEqual({ succeeded: 2, failed: 2 });
   });
 });
