@@ -499,6 +499,11 @@ export class DeliveryLoop {
     return this.failingClaim;
   }
 
+  /** receiversCut is how many subscriptions' receivers this instance sends fewer attempts at once (ReceiverCaps), each an entry in memory. */
+  get receiversCut(): number {
+    return this.caps.cutIds().length;
+  }
+
   /** inFlightCount is the number of attempts under way. */
   get inFlightCount(): number {
     return this.inFlight.size;
@@ -1166,17 +1171,21 @@ export class DeliveryLoop {
   /**
    * abortAttemptsOfMissedDeletes aborts, as abortAttemptsOfDeleted does, the attempts under way here
    * whose subscriptions no longer exist though no notification told of their deletes (the notify
-   * failed, or this listening connection was down): the safety net of instances sharing a database.
-   * One query, at most every sharedPollMs (each poll, then), and only while attempts are under way.
+   * failed, or this listening connection was down), and drops their receivers' cuts: the safety net
+   * of instances sharing a database. A cut receiver whose subscription was deleted has no attempt
+   * left to raise its cap back, so its entry would otherwise stay for the life of the process. One
+   * query, at most every sharedPollMs (each poll, then), and only while attempts are under way or
+   * receivers are cut.
    */
   private async abortAttemptsOfMissedDeletes(): Promise<void> {
-    const waiting = new Set([...this.inFlight].filter((attempt) => attempt.result === undefined).map((attempt) => attempt.due.subscription_id));
-    if (waiting.size === 0 || performance.now() - this.deletesCheckedAt < this.deps.sharedPollMs) return;
+    const known = new Set([...this.inFlight].filter((attempt) => attempt.result === undefined).map((attempt) => attempt.due.subscription_id));
+    for (const subscriptionId of this.caps.cutIds()) known.add(subscriptionId);
+    if (known.size === 0 || performance.now() - this.deletesCheckedAt < this.deps.sharedPollMs) return;
     this.deletesCheckedAt = performance.now();
     try {
-      for (const subscriptionId of await findDeletedSubscriptions(this.deps.db, [...waiting])) this.abortAttemptsOfDeleted(subscriptionId);
+      for (const subscriptionId of await findDeletedSubscriptions(this.deps.db, [...known])) this.abortAttemptsOfDeleted(subscriptionId);
     } catch (error) {
-      this.deps.log.warn("webhook delivery loop: cannot check for deleted subscriptions among those of the attempts under way; checked again at the next poll", { error: String(error) });
+      this.deps.log.warn("webhook delivery loop: cannot check for deleted subscriptions among those of the attempts under way and the receivers cut; checked again at the next poll", { error: String(error) });
     }
   }
 

@@ -1,8 +1,11 @@
 import { describe, expect, test } from "bun:test";
+import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { Webhook } from "standardwebhooks";
 import { metricsText } from "../../server/ops/service.ts";
 import { parseExposition } from "../ops/prometheus.ts";
+import { deleteSubscription } from "../../server/webhooks/store.ts";
 import { ISO } from "../foundation/support.ts";
+import { postgresOnly } from "../support/backend.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // What an operator's action does to what a receiver taught the delivery loop: the hold its
@@ -13,6 +16,18 @@ const receiver = scope.receiver;
 let h: WebhookHarness;
 
 const subscriptionPath = (id: string, action = "") => `/public/v1/webhook-subscriptions/${id}${action ? `/${action}` : ""}`;
+/**
+ * rawReceiver is a TCP server on 127.0.0.1 that hands each connection's first request to `answer`
+ * (with the index of the request): closing it unanswered is a receiver the loop cuts at once,
+ * with no timeout to wait for.
+ */
+async function rawReceiver(answer: (socket: Socket, index: number) => void): Promise<{ url: string; server: Server; requests: () => number }> {
+  let requests = 0;
+  const server = createServer((socket) => socket.once("data", () => answer(socket, requests++)));
+  await new Promise<void>((listening) => server.listen(0, "127.0.0.1", listening));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, server, requests: () => requests };
+}
+
 const createContact = async (first_name: string) => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data;
 
 describe("a receiver's hold (Retry-After) and the operator", () => {
@@ -85,5 +100,22 @@ describe("subscription.disabled: pending_deliveries_failed", () => {
     // The metrics agree: the delivery under way is counted once, by its attempt, as succeeded.
     const scraped = parseExposition(await metricsText(h.rt));
     expect({ succeeded: scraped.value("crm_webhook_deliveries_total", { status: "succeeded" }), failed: scraped.value("crm_webhook_deliveries_total", { status: "failed" }) }).toEqual({ succeeded: 2, failed: 2 });
+  });
+});
+
+describe("a receiver's cut (attempts left unanswered) and the subscriptions", () => {
+  postgresOnly("a cut receiver's entry is dropped once its subscription is gone, though no notification told this instance of the delete: memory stays bounded (s37 cuthold)", async () => {
+    h = await scope.harness({ retrySchedule: [3600] }, { sharedPollMs: 50 });
+    const raw = await rawReceiver((socket) => socket.destroy());
+    try {
+      const sub = await h.subscribe(raw.url, ["contact.created"]);
+      await createContact("Unanswered");
+      await waitFor(() => h.rt.deliveries.receiversCut === 1, "the receiver cut after its unanswered attempt");
+      // Deleted as another instance deletes it, its notification missed: nothing tells this one.
+      expect(await h.rt.db.write((tx) => deleteSubscription(tx, sub.id))).toBe(true);
+      await waitFor(() => h.rt.deliveries.receiversCut === 0, "the cut of the deleted subscription's receiver dropped at a poll");
+    } finally {
+      raw.server.close();
+    }
   });
 });
