@@ -1,12 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { Webhook } from "standardwebhooks";
+import { deliveryWithSubscription, retryFromConsole, retryRefusalText } from "../../console/deliveries/service.ts";
 import { metricsText } from "../../server/ops/service.ts";
 import { parseExposition } from "../ops/prometheus.ts";
 import { deleteSubscription } from "../../server/webhooks/store.ts";
 import { ISO } from "../foundation/support.ts";
 import { postgresOnly } from "../support/backend.ts";
-import { settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { attemptsBusy, retryAnswerOf, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 // What an operator's action does to what a receiver taught the delivery loop: the hold its
 // Retry-After asked for, the cut its unanswered attempts earned (README, Webhooks, Delivery).
@@ -104,6 +105,47 @@ describe("subscription.disabled: pending_deliveries_failed", () => {
 });
 
 describe("a receiver's cut (attempts left unanswered) and the subscriptions", () => {
+  test("a manual retry counts among its receiver's cut slots: refused 503 while the loop has as many open as the cut allows, sent once one is free (s37 cuthold)", async () => {
+    h = await scope.harness({ retrySchedule: [3600], deliveryTimeoutMs: 60_000 });
+    const held: Socket[] = [];
+    const ok = (socket: Socket) => socket.end("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+    // The first request is left unanswered (cut to 1), the second held open, the rest answered.
+    const raw = await rawReceiver((socket, i) => (i === 0 ? socket.destroy() : i === 1 ? held.push(socket) : ok(socket)));
+    try {
+      const sub = await h.subscribe(raw.url, ["contact.created"], "Hanging shop");
+      await createContact("Unanswered");
+      const [unanswered] = await waitFor(async () => {
+        const list = await h.deliveries(`subscription_id=${sub.id}`);
+        return list.length === 1 && list[0].attempts === 1 && list;
+      }, "the first attempt recorded");
+      expect(h.rt.deliveries.receiversCut).toBe(1);
+      await createContact("Held");
+      await waitFor(() => held.length === 1, "the second attempt open at the receiver");
+      const refused = await h.json("POST", `/public/v1/webhook-deliveries/${unanswered.id}/retry`);
+      expect(retryAnswerOf(refused)).toEqual(
+        attemptsBusy(`The subscription ${sub.id} has 1 attempt under way on this instance, the most it sends at once to a receiver that left attempts unanswered (timed out, or no connection) until it answers again; retry the delivery in a moment.`),
+      );
+      // The console's Retry now is refused alike, in its words.
+      const byHand = await retryFromConsole(h.rt, unanswered.id);
+      if (byHand === null || byHand.refused === "not-found") throw new Error(`Retry now was not refused: ${JSON.stringify(byHand)}`);
+      expect(retryRefusalText(byHand, await deliveryWithSubscription(h.rt.db, unanswered.id))).toBe(
+        "Not retried: the receiver of the subscription \u2068Hanging shop\u2069 left requests unanswered (timed out, or no connection), so this server sends it 1 delivery at once until it answers again, and that many are being sent. Nothing was sent; press Retry now again in a moment.",
+      );
+      expect(raw.requests()).toBe(2);
+      ok(held[0]!);
+      await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the held attempt recorded");
+      const retried = await h.json("POST", `/public/v1/webhook-deliveries/${unanswered.id}/retry`);
+      expect({ status: retried.status, delivery: { status: retried.body.data.status, attempts: retried.body.data.attempts, last_response_status: retried.body.data.last_response_status } }).toEqual({
+        status: 200,
+        delivery: { status: "succeeded", attempts: 2, last_response_status: 200 },
+      });
+      expect(raw.requests()).toBe(3);
+    } finally {
+      for (const socket of held) socket.destroy();
+      raw.server.close();
+    }
+  });
+
   postgresOnly("a cut receiver's entry is dropped once its subscription is gone, though no notification told this instance of the delete: memory stays bounded (s37 cuthold)", async () => {
     h = await scope.harness({ retrySchedule: [3600] }, { sharedPollMs: 50 });
     const raw = await rawReceiver((socket) => socket.destroy());
