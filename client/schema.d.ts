@@ -517,7 +517,7 @@ export interface paths {
         put?: never;
         /**
          * Enable a disabled webhook subscription
-         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.
+         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak and its receiver's hold (held_until): events from now on are delivered to it, at once. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.
          */
         post: operations["enableWebhookSubscription"];
         delete?: never;
@@ -697,7 +697,7 @@ export interface paths {
         put?: never;
         /**
          * Retry a webhook delivery now
-         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
+         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;
@@ -1107,7 +1107,7 @@ export interface components {
             failing_since: string | null;
             /**
              * Format: date-time
-             * @description Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.
+             * @description Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Enabling a disabled subscription ends it. Null when not held.
              */
             held_until: string | null;
             /** @description Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere. */
@@ -7285,7 +7285,7 @@ export interface operations {
                         disabled_at: string;
                         /** @description When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null. */
                         failing_since: string | null;
-                        /** @description Its pending deliveries, ended as failed. */
+                        /** @description Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed. */
                         pending_deliveries_failed: number;
                     };
                 };

@@ -117,7 +117,7 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
   return (request: Request, status: number, route: string): void => {
     const info = requestInfo.get(request);
     const elapsedMs = info ? performance.now() - info.started : undefined;
-    if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000);
+    if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000, info?.rateLimited?.bucket);
     const path = pathOf(request);
     // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
     // At info the probes' lines would bury every other line.

@@ -95,7 +95,7 @@ export const Subscription = t.Object({
   failing_since: t.Union([timestamp, t.Null()], { description: "When the first failed attempt after the last successful one was made; null while the last attempt succeeded." }),
   held_until: t.Union([timestamp, t.Null()], {
     description:
-      "Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.",
+      "Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Enabling a disabled subscription ends it. Null when not held.",
   }),
   secret: t.String({ description: "Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere." }),
   secret_rotated_at: t.Union([timestamp, t.Null()], { description: "When the secret was last rotated; null if never." }),
@@ -377,7 +377,7 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
           reason: t.String({ description: "Why, in words; the subscription's disabled_reason." }),
           disabled_at: t.String({ format: "date-time" }),
           failing_since: t.Union([t.String({ format: "date-time" }), t.Null()], { description: "When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null." }),
-          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries, ended as failed." }),
+          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed." }),
         },
         { additionalProperties: false },
       ),

@@ -106,7 +106,7 @@ export function webhookRoutes(rt: Runtime) {
         operationId: "enableWebhookSubscription",
         summary: "Enable a disabled webhook subscription",
         description:
-          "Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.",
+          "Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak and its receiver's hold (held_until): events from now on are delivered to it, at once. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.",
         tags: subscriptionTags,
         ...secured,
       },
@@ -231,7 +231,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
-        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or ${MAX_MANUAL_ATTEMPTS} manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
+        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or ${MAX_MANUAL_ATTEMPTS} manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
         tags: deliveryTags,
         ...secured,
       },

@@ -476,7 +476,8 @@ export async function failResetDeliveries(db: Database, subscriptions: ResetSubs
 
 /**
  * enableSubscription makes a disabled subscription active again (events from now on are delivered
- * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
+ * to it, at once: a hold its receiver asked for ends; deliveries failed while it was disabled stay
+ * failed) and returns it. An active one is
  * returned unchanged. One whose secret was lost with the secrets key is refused (409
  * secret-rotation-required) until its secret is rotated: it would sign with one no receiver knows.
  */
@@ -761,6 +762,9 @@ export function eventErased(erasedAt: number): ProblemError {
   return new ProblemError(409, "event-erased", `The payload of this delivery's event was erased at ${toTimestamp(erasedAt)}, after its record was deleted; nothing of it is left to send.`);
 }
 
+/** attemptsCount says a number of attempts: "1 attempt", "3 attempts". */
+const attemptsCount = (n: number) => `${n} attempt${n === 1 ? "" : "s"}`;
+
 /** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make: its status and headers, in the API's words. */
 export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
   switch (refusal.refused) {
@@ -773,7 +777,15 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
     case "manual-attempts-busy":
       return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
     case "subscription-attempts-busy":
-      return new ProblemError(503, "subscription-attempts-busy", `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
+      return new ProblemError(
+        503,
+        "subscription-attempts-busy",
+        refusal.cap === MAX_PER_SUBSCRIPTION
+          ? `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`
+          : `The subscription ${refusal.subscriptionId} has ${attemptsCount(refusal.cap)} under way on this instance, the most it sends at once to a receiver that left attempts unanswered (timed out, or no connection) until it answers again; retry the delivery in a moment.`,
+        undefined,
+        { "retry-after": "1" },
+      );
     case "subscription-deleted":
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
     case "subscription-disabled":

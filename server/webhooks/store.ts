@@ -481,12 +481,18 @@ export async function listLostSecretSubscriptionIds(db: Db): Promise<Set<string>
 }
 
 /**
- * enableSubscription makes a disabled subscription active again, its failing streak forgotten, and
- * not paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it
- * waiting); it tells whether it was disabled.
+ * enableSubscription makes a disabled subscription active again, its failing streak forgotten, not
+ * paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it waiting)
+ * and not held: its receiver's Retry-After was asked of the sender before the operator mended it
+ * and enabled it; it tells whether it was disabled.
  */
 export async function enableSubscription(db: Db, id: string, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'", [now, id])) > 0;
+  return (
+    (await db.run(
+      "UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, held_until = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'",
+      [now, id],
+    )) > 0
+  );
 }
 
 /** markSubscriptionFailing notes the first failed attempt of a streak. */
@@ -517,17 +523,29 @@ export async function holdSubscription(db: Db, id: string, until: number): Promi
 const heldClause = "(s.held_until IS NOT NULL AND s.held_until > ? AND s.held_until <= ?)";
 const heldParameters = (now: number) => [now, now + RETRY_AFTER_CAP_MS];
 
-/** countPendingDeliveriesOf counts a subscription's pending deliveries. */
-export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
-  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
+/** countUnsentDeliveriesOf counts the pending deliveries of a subscription that no attempt holds at `now` (unleasedClause): those failUnsentDeliveries fails. */
+export async function countUnsentDeliveriesOf(db: Db, subscriptionId: string, now: number): Promise<number> {
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause}`, [subscriptionId, now]))!.n;
 }
 
-/** failPendingDeliveries ends at most `limit` pending deliveries of a subscription with the given reason and returns how many: fewer than `limit` leaves none pending. */
-export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+/**
+ * unleasedClause is the condition of a delivery no attempt holds at its one parameter, now: its
+ * lease, if any, has run out (its instance stopped without recording the attempt).
+ */
+const unleasedClause = "(locked_until IS NULL OR locked_until <= ?)";
+
+/**
+ * failUnsentDeliveries ends at most `limit` pending deliveries of a subscription with the given
+ * reason, those no attempt holds at `now` (unleasedClause), and returns how many: fewer than `limit`
+ * leaves none but those. A delivery with an attempt under way is left to it: the attempt ends it,
+ * succeeded or failed, as the receiver answers (failed here, it would be counted failed unsent, then
+ * end succeeded).
+ */
+export function failUnsentDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
   return db.run(
     `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
-     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' LIMIT ?)`,
-    [reason, now, subscriptionId, limit],
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause} LIMIT ?)`,
+    [reason, now, subscriptionId, now, limit],
   );
 }
 
