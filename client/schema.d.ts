@@ -597,7 +597,7 @@ export interface paths {
         put?: never;
         /**
          * Pause a webhook subscription
-         * @description Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. Pausing a paused subscription changes nothing.
+         * @description Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. paused_by says what paused it (api_token here; operator for the console's Pause). Pausing a paused subscription changes nothing, its paused_at and paused_by included.
          */
         post: operations["pauseWebhookSubscription"];
         delete?: never;
@@ -1093,11 +1093,15 @@ export interface components {
             disabled_at: string | null;
             /** @description Why it was disabled, in words; null while active. */
             disabled_reason: string | null;
+            /** @description What disabled it: api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one. Null while active, and for one disabled before this was recorded (2026-11-29). */
+            disabled_by: ("api_token" | "operator" | "command_line" | "delivery_loop") | string | null;
             /**
              * Format: date-time
              * @description Since when the subscription is paused; null when it is not.
              */
             paused_at: string | null;
+            /** @description What paused it: api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one. Null when it is not paused, and for a pause made before this was recorded (2026-11-29). */
+            paused_by: ("api_token" | "operator" | "command_line" | "delivery_loop") | string | null;
             /** @description Requests per second this receiver gets at most; null: no cap. */
             max_rate: number | null;
             /**

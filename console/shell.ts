@@ -2,7 +2,7 @@ import type { Server } from "bun";
 import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
-import { pathOf } from "../server/http/request-log.ts";
+import { noteOperator, pathOf } from "../server/http/request-log.ts";
 import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
 import { readLimitedBody, type BodyWait } from "../server/http/body.ts";
 import { heldOpenWhile } from "../server/http/idle-timer.ts";
@@ -268,6 +268,7 @@ export function signedInConsole(rt: Runtime) {
       const url = new URL(request.url);
       throw new SignInRequired(request.method === "GET" ? safeNext(url.pathname + url.search) : undefined);
     }
+    noteOperator(request, session.operator);
     return { session };
   });
 }

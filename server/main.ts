@@ -12,7 +12,7 @@ import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
-import { madeByText } from "./shared/made-by.ts";
+import { commandOrigin, madeByText } from "./shared/made-by.ts";
 import { MAX_TOKEN_RATE, parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
@@ -600,7 +600,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
       await db.changeClock.seedBeforeWrites(db);
-      const deleted = await deleteUser(db, id, UNLINK_CHUNK, null);
+      const deleted = await deleteUser(db, id, UNLINK_CHUNK, commandOrigin("user delete"));
       // A lost wake-up only leaves the deliveries to the instances' next poll.
       await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
       return deleted;
@@ -697,7 +697,7 @@ async function eraseCommand(resource: ErasableResource, args: string[]): Promise
   if (!id || id.startsWith("-")) throw new ConfigError(`${resource} erase needs the id of a deleted ${resource} (see GET /public/v1/${resource}s/deleted)`);
   const db = await openConfiguredDatabase(loadCommandConfig(args));
   try {
-    const { data } = (await eraseDeletedRecord(db, resource, id, BATCH_ROWS, null)).body;
+    const { data } = (await eraseDeletedRecord(db, resource, id, BATCH_ROWS, null, commandOrigin(`${resource} erase`).madeBy)).body;
     printOut(`erased the payloads of ${plural(data.events_erased, "earlier event", "earlier events")} of ${resource} ${id}; ${plural(data.deliveries_failed, "pending delivery", "pending deliveries")} of them failed unsent\n`);
   } finally {
     await db.close();

@@ -234,7 +234,7 @@ export function retryRefusalText(refusal: RetryRefusal, view: { delivery: Delive
 export interface EventPageView {
   event: WebhookEvent;
   subject: { href: string; label: string } | null;
-  /** what names the API token that made it, if one did */
+  /** what names the API token or operator that made it (and erased it) */
   names: MakerNames;
   subscriptions: SubscriptionNames;
 }

@@ -280,7 +280,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 }
 
 /** writeNewContact inserts a contact, its relations and its contact.created event (made by the request `origin`), or refuses one that names nobody; call it inside a write. */
-async function writeNewContact(db: Db, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+async function writeNewContact(db: Db, input: ContactInput, origin: ChangeOrigin, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
   input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
@@ -303,7 +303,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * contact.updated event (made by the request `origin`), an input that changes nothing writes
  * nothing (updated_at stays, no event). Call it inside a write, after the relations are checked.
  */
-async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<ContactChange> {
+async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, origin: ChangeOrigin, now: number): Promise<ContactChange> {
   input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
@@ -327,7 +327,7 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
 }
 
 /** createContact stores a contact, its relations, its contact.created event (made by the request `origin`) and idempotent response in one commit. */
-export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: Contact } }> {
+export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     await refuseUnknownRelations(tx, input);
@@ -342,7 +342,7 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
 }
 
 /** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
-export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
@@ -410,7 +410,7 @@ function withAccountsAdded(row: ContactRow, input: ContactInput): { input: Conta
 }
 
 /** upsertContact writes one valid batch item: created, updated (its custom fields merged and its accounts added when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
-async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin | null, options: ContactBatchOptions): Promise<BatchResult> {
+async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = await unknownRelationErrors(db, input);
@@ -435,7 +435,7 @@ export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { ite
  * deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit;
  * `finish` runs in that commit too (the console records its form's answer there).
  */
-export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null, finish: (tx: Db, now: number) => Promise<void> = async () => {}): Promise<void> {
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin, finish: (tx: Db, now: number) => Promise<void> = async () => {}): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findContactById(tx, id);
@@ -461,7 +461,7 @@ async function changeRelation(
   condition: VersionCondition | null,
   change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>,
   idempotency: IdempotencyScope | null,
-  origin: ChangeOrigin | null,
+  origin: ChangeOrigin,
 ): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, contactId);
@@ -477,7 +477,7 @@ async function changeRelation(
 }
 
 /** addContactAccount links a contact to one more account (last in account_ids), if its version meets `condition` (else 412); linking it again changes nothing. */
-export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
@@ -488,7 +488,7 @@ export async function addContactAccount(rt: Runtime, contactId: string, accountI
 }
 
 /** removeContactAccount unlinks a contact from an account, if its version meets `condition` (else 412); an account it is not linked to changes nothing. */
-export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
@@ -496,7 +496,7 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 }
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
-export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
@@ -506,7 +506,7 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
 }
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
-export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
@@ -535,7 +535,7 @@ const contactChange = (row: ContactRow) => ({ data: toContact(row), happenedAt: 
  * (unlinkAccountFromContacts counts each one's version up as writeContactChange does). Returns how
  * many it unlinked: fewer than `chunk` leaves none linked.
  */
-export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
+export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, origin: ChangeOrigin): Promise<number> {
   const changed = await unlinkAccountFromContacts(db, accountId, await findContactsLinkedToAccount(db, accountId, chunk), now);
   await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;
@@ -547,7 +547,7 @@ export async function detachAccountFromContacts(db: Db, accountId: string, now: 
  * account's links: each gets a new version and updated_at and one contact.updated. Returns how
  * many contacts it changed: fewer than `chunk` leaves none assigned.
  */
-export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
+export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, origin: ChangeOrigin): Promise<number> {
   const changed = await unassignUserFromContacts(db, userId, await findContactsAssignedToUser(db, userId, chunk), now);
   await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;

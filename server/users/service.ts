@@ -84,9 +84,9 @@ export interface DeletedUser {
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
  * crash between the writes, which a delete sent again finishes; a write after the first refused
  * for any reason ends it with PartlyDone, which says how many the writes before it changed. Takes the Database, not the
- * Runtime: the command line deletes too, its events made by no request (`origin` null).
+ * Runtime: the command line deletes too, its events made by the command (commandOrigin).
  */
-export function deleteUser(db: Database, id: string, chunk: number, origin: ChangeOrigin | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
+export function deleteUser(db: Database, id: string, chunk: number, origin: ChangeOrigin, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
   let unassigned = 0;
   return writeInSteps(db, async (tx) => {
     const now = await db.changeClock.stamp(tx);

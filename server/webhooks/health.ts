@@ -1,4 +1,4 @@
-import type { ChangeOrigin } from "../shared/made-by.ts";
+import { DELIVERY_LOOP, type ChangeOrigin } from "../shared/made-by.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
 import { HOUR_MS, toTimestamp } from "../shared/time.ts";
@@ -84,11 +84,11 @@ export async function failEveryStoppedDelivery(db: Database, chunk: number, fail
  * disableWithEvent disables an active subscription, counts its pending deliveries that no attempt
  * holds (failed by failStoppedDeliveries once the write has committed; those under way are their
  * attempts' to end, and counted by none) and records a subscription.disabled event
- * for the subscriptions that want to hear of it, made by request `origin` (null: the delivery
- * loop's own), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
+ * for the subscriptions that want to hear of it, the disable and the event made by `origin` (a
+ * request, a command, DELIVERY_LOOP), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin | null): Promise<number> {
-  await disableSubscription(db, subscription.id, reason, now);
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin): Promise<number> {
+  await disableSubscription(db, subscription.id, reason, now, origin.madeBy);
   const failed = await countUnsentDeliveriesOf(db, subscription.id, now);
   await recordEvent(
     db,
@@ -118,7 +118,7 @@ export async function disableGone(db: Db, subscription: SubscriptionRow, deliver
   if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
   const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
   // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
-  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, null);
+  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, DELIVERY_LOOP);
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -143,7 +143,7 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
       last_response_status: result.response_status,
       last_error: result.error,
     },
-    null,
+    DELIVERY_LOOP,
     now,
   );
 }
@@ -169,7 +169,7 @@ export async function trackFailingStreak(db: Db, disableAfterHours: number, subs
   }
   if (subscription.status !== "active" || disableAfterHours === 0 || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const pendingFailed = await disableWithEvent(db, subscription, reason, now, null);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, now, DELIVERY_LOOP);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };
 }
 

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { documentAs, documentRefused, openEnum } from "../http/openapi-docs.ts";
+import { documentAs, documentRefused, nullableOpenEnum, openEnum } from "../http/openapi-docs.ts";
+import { MAKER_KINDS } from "../shared/made-by.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -16,6 +17,10 @@ import {
 } from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../http/request-log.ts";
+
+/** MAKER_KIND_WORDS say what each kind of maker an answer names (makerKind) is, and where to learn which one. */
+const MAKER_KIND_WORDS =
+  "api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one.";
 
 /** OPERATIONAL_EVENT_TYPES are events about the webhooks themselves, for an on-call system: a subscription disabled, a delivery that used up its attempts. */
 export const OPERATIONAL_EVENT_TYPES = ["subscription.disabled", "delivery.exhausted"] as const;
@@ -90,7 +95,13 @@ export const Subscription = t.Object({
   }),
   disabled_at: nullableTimestamp,
   disabled_reason: t.Union([t.String(), t.Null()], { description: "Why it was disabled, in words; null while active." }),
+  disabled_by: nullableOpenEnum(MAKER_KINDS, {
+    description: `What disabled it: ${MAKER_KIND_WORDS} Null while active, and for one disabled before this was recorded (2026-11-29).`,
+  }),
   paused_at: t.Union([timestamp, t.Null()], { description: "Since when the subscription is paused; null when it is not." }),
+  paused_by: nullableOpenEnum(MAKER_KINDS, {
+    description: `What paused it: ${MAKER_KIND_WORDS} Null when it is not paused, and for a pause made before this was recorded (2026-11-29).`,
+  }),
   max_rate: t.Union([t.Integer(), t.Null()], { description: "Requests per second this receiver gets at most; null: no cap." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the first failed attempt after the last successful one was made; null while the last attempt succeeded." }),
   held_until: t.Union([timestamp, t.Null()], {

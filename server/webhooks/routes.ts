@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { originOf, requestIdOf } from "../http/request-log.ts";
+import { makerOf, originOf, requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -97,7 +97,7 @@ export function webhookRoutes(rt: Runtime) {
       },
     })
     .post("/webhook-subscriptions/:subscriptionId/enable", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope) } })), {
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope, makerOf(ctx.request)) } })), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -111,7 +111,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .patch("/webhook-subscriptions/:subscriptionId", async ({ params, body }) => ({ data: await updateSubscription(rt, params.subscriptionId, body) }), {
+    .patch("/webhook-subscriptions/:subscriptionId", async ({ request, params, body }) => ({ data: await updateSubscription(rt, params.subscriptionId, body, makerOf(request)) }), {
       params: SubscriptionId,
       body: SubscriptionUpdate,
       response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
@@ -146,7 +146,7 @@ export function webhookRoutes(rt: Runtime) {
       },
     })
     .post("/webhook-subscriptions/:subscriptionId/rotate-secret", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope), (stored) => openReplayedSecret(rt, stored)), {
+      idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope, makerOf(ctx.request)), (stored) => openReplayedSecret(rt, stored)), {
       params: SubscriptionId,
       body: t.Optional(SecretRotationInput),
       transform: fingerprintSentBody,
@@ -176,7 +176,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope, makerOf(request))), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -184,12 +184,12 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "pauseWebhookSubscription",
         summary: "Pause a webhook subscription",
-        description: "Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. Pausing a paused subscription changes nothing.",
+        description: "Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. paused_by says what paused it (api_token here; operator for the console's Pause). Pausing a paused subscription changes nothing, its paused_at and paused_by included.",
         tags: subscriptionTags,
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope, makerOf(request))), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,

@@ -8,7 +8,7 @@ import type { CursorPosition } from "../../server/http/list-query.ts";
 import { createUser } from "../../server/users/service.ts";
 import { detachUserFromContacts, UNLINK_CHUNK } from "../../server/contacts/service.ts";
 import { countDeliveries, listDeliveries } from "../../server/webhooks/store.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import type { Db, SqlValue } from "../../server/db/sql.ts";
 import { capturing, type Captured } from "../support/query-plans.ts";
@@ -135,7 +135,7 @@ test("a user's delete finds its contacts through the indexes of assigned_user_id
   const captured: Captured[] = [];
   const unassigned = await h.rt.db.write((tx) => {
     const spy = { dialect: tx.dialect, all: (sql: string, params?: readonly SqlValue[]) => (captured.push({ sql, params: [...(params ?? [])] }), tx.all(sql, params)), get: tx.get.bind(tx), run: tx.run.bind(tx) } as Db;
-    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK, null);
+    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK, UNKNOWN_ORIGIN);
   });
   expect(unassigned).toBe(1);
   // The chunk's lookup, then its UPDATE (by the ids found).

@@ -438,7 +438,7 @@ describe("pause, resume and description", () => {
     await h.subscribe(control.url, ["contact.created"]);
     const res = await h.json("POST", subscriptionPath(sub.id, "pause"));
     expect(res.status).toBe(200);
-    expect(res.body.data).toEqual({ ...sub, secret: expect.stringMatching(/^whsec_.{4}…$/), status: "paused", paused_at: expect.stringMatching(ISO), updated_at: res.body.data.paused_at });
+    expect(res.body.data).toEqual({ ...sub, secret: expect.stringMatching(/^whsec_.{4}…$/), status: "paused", paused_at: expect.stringMatching(ISO), paused_by: "api_token", updated_at: res.body.data.paused_at });
     // Pausing again keeps the first pause's time.
     expect((await h.json("POST", subscriptionPath(sub.id, "pause"))).body.data.paused_at).toBe(res.body.data.paused_at);
     await createContact();
