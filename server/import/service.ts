@@ -13,7 +13,7 @@ import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
 import { csvLine, SEPARATORS } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, IMPORTER_COLUMNS, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
@@ -367,18 +367,18 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   if (invalid.length === 0) return summary;
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
   // An invalid-rows file imported again has the two columns already: added twice, its own invalid rows could not be imported.
-  const header = [...source.columns, ...["import_row", "import_errors"].filter((column) => !source.columns.includes(column))];
+  const header = [...source.columns, ...IMPORTER_COLUMNS.filter((column) => !source.columns.includes(column))];
   const style: CsvStyle = source.style ?? { bom: false, separator: ",", lineBreak: "\n" };
   const lines = source.format === "csv" ? [csvLine(header, style.separator)] : [];
   const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
   try {
-    for (const { row, fields, original, refused } of source.rows()) {
+    for (const { row, fields, original, refused, importRow } of source.rows()) {
       const errors = errorsOf.get(row);
       if (!errors) continue;
       if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors), style.separator));
-      // A refused line is kept as written (JSON.parse would have rounded its large integers).
-      else if (refused?.line !== undefined) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
-      else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
+      // A refused line is kept as written (JSON.parse would have rounded its large integers). Either
+      // comes without the import_row and import_errors of an invalid-rows file: each is written once.
+      else lines.push(appendedTo(refused?.line ?? JSON.stringify(original), `"import_row":${importRow ?? row},"import_errors":${JSON.stringify(errors)}`));
     }
   } catch (error) {
     // Changed once its rows were sent, the file no longer holds the rows that were refused; the rest is imported all the same.

@@ -470,6 +470,31 @@ describe("crm import contacts: the invalid-rows file, fixed and imported again",
     expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
     expect(await server.count()).toBe(3);
   }, 60_000);
+  test("a JSON Lines line refused as written, imported again from its invalid-rows file, keeps one import_row (the first file's) and one import_errors (the latest); fixed, it imports, as does a line an older crm gave two of each", async () => {
+    const precision = "id: is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string";
+    const bad = "email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("people.jsonl", '{"email": "ok@example.com"}\n{"id": 9007199254740993, "email": "big@example.com"}\n{"email": "bad-one"}\n')).code).toBe(1);
+    const first = readFileSync(join(server.dir, "people.invalid.jsonl"), "utf8");
+    expect((await importText("people.invalid.jsonl", first)).code).toBe(1);
+    const second = readFileSync(join(server.dir, "people.invalid.invalid.jsonl"), "utf8");
+    expect(second.split("\n")).toEqual([
+      `{"id": 9007199254740993, "email": "big@example.com","import_row":2,"import_errors":[${JSON.stringify(precision)}]}`,
+      `{"email":"bad-one","import_row":3,"import_errors":[${JSON.stringify(bad)}]}`,
+      "",
+    ]);
+    const fixed = second.replace("9007199254740993", '"9007199254740993"').replace("bad-one", "one@example.com");
+    const res = await importText("people.invalid.invalid.jsonl", fixed);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
+    const older = await importText("older.invalid.jsonl", `{"email": "two@example.com", "id": 9007199254740995,"import_row":7,"import_errors":["x"],"import_row":1,"import_errors":["y"]}\n{"email": "three@example.com","import_row":8,"import_errors":["x"],"import_row":2,"import_errors":["y"]}\n`);
+    expect([older.code, older.stdout]).toEqual([1, `imported: 2 rows: created 1, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${join(server.dir, "older.invalid.invalid.jsonl")}\n`]);
+    expect(readFileSync(join(server.dir, "older.invalid.invalid.jsonl"), "utf8")).toBe(`{"email": "two@example.com", "id": 9007199254740995,"import_row":7,"import_errors":[${JSON.stringify(precision)}]}\n`);
+    expect(await server.db.all("SELECT email, external_id FROM contacts ORDER BY email")).toEqual([
+      { email: "big@example.com", external_id: "9007199254740993" },
+      { email: "ok@example.com", external_id: null },
+      { email: "one@example.com", external_id: null },
+      { email: "three@example.com", external_id: null },
+    ]);
+  }, 60_000);
 });
 
 describe("crm import contacts: separators", () => {
