@@ -13,6 +13,7 @@ import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { answerBudget } from "./limits/answer-budget.ts";
 import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
 import { limitsGuard } from "./limits/routes.ts";
@@ -73,7 +74,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.
   if (db.dialect === "postgres") db.refuseWritesAfter(POSTGRES_MIGRATIONS.at(-1)!.version, (newer) => migrations.noticed(newer));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, batchRows, listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), answers: answerBudget(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, batchRows, listening: () => null };
 }
 
 /** logCreatedSecretsKey logs the secrets key a start created: it must be kept with the database. */
