@@ -1,11 +1,12 @@
 import { createHash } from "node:crypto";
 import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
+import { MAX_RECOVERY_DAYS } from "../../server/limits/limits.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import { changeMakerOf, madeByOf, madeByOperator, type ChangeMaker, type ChangeOrigin, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
 import { makerNames } from "../../server/auth/service.ts";
-import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
+import { DAY_MS, toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
 import {
   addSubscription,
@@ -410,9 +411,17 @@ export interface RecoveryPreview {
   count: number;
 }
 
-/** recoveryPreview checks the window of the console's recover form and counts its failed deliveries, or throws 422 or 404. */
+/**
+ * recoveryPreview checks the window of the console's recover form and counts its failed deliveries,
+ * or throws 422 or 404. A From in the minute of the 14-day edge, taken by the grace, is counted from
+ * the edge itself: the field has no seconds, so the minute starts up to 59 s past the 14 days, and
+ * the confirm, checked again a moment later, would have only the rest of the count's minute.
+ */
 export async function recoveryPreview(db: Db, id: string, since: string, until: string, now = Date.now()): Promise<RecoveryPreview> {
-  const window = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
+  const asked = recoveryWindow({ since: consoleTime(since), ...(until ? { until: consoleTime(until) } : {}) }, now);
+  const edge = now - MAX_RECOVERY_DAYS * DAY_MS;
+  // A window that ends before the edge keeps its start: from the edge it would end before it began.
+  const window = asked.since < edge && asked.until > edge ? { ...asked, since: edge } : asked;
   return { since: toTimestamp(window.since), until: toTimestamp(window.until), count: await countRecoverable(db, id, window) };
 }
 

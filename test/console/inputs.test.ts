@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { LOST_SECRET_REASON } from "../../server/webhooks/service.ts";
+import { LOST_SECRET_REASON, recoveryWindow } from "../../server/webhooks/service.ts";
+import { MAX_RECOVERY_DAYS } from "../../server/limits/limits.ts";
+import { recoveryPreview } from "../../console/subscriptions/service.ts";
 import { replaceLostSecret } from "../../server/webhooks/store.ts";
 import { addStoredSubscription } from "../webhooks/support.ts";
 import { sealedAddress } from "../../console/addresses.ts";
@@ -503,6 +505,17 @@ test("the recover page refusing a window shows a since or until given with an of
     answers.push([query, page.status, field("since"), field("until")]);
   }
   expect(answers).toEqual(cases.map(([query, since, until]) => [query, 422, since, until]));
+});
+
+test("a window counted from the minute of the 14-day edge is confirmed within the minute of grace after the count, whatever second of its minute the count was taken at: the From field has no seconds", async () => {
+  const sub = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: "http://8.8.8.8/recover-edge", events: ["contact.created"] } })).body.data;
+  // Counted 50 s into a minute, From that minute 14 days before: the minute the field gives starts 50 s past the 14 days.
+  const countedAt = Math.floor(Date.now() / 60_000) * 60_000 - 10_000;
+  const preview = await recoveryPreview(h.rt.db, sub.id, new Date(countedAt - MAX_RECOVERY_DAYS * 86_400_000).toISOString().slice(0, 16), "", countedAt);
+  const edge = new Date(countedAt - MAX_RECOVERY_DAYS * 86_400_000).toISOString();
+  expect(preview).toEqual({ since: edge, until: new Date(countedAt).toISOString(), count: 0 });
+  // The confirm carries the window counted, and the API checks it 30 s after the count.
+  expect(recoveryWindow({ since: preview.since, until: preview.until }, countedAt + 30_000)).toEqual({ since: Date.parse(edge), until: countedAt });
 });
 
 /** rowActionsOf is where each link and form of a subscription's row on the Subscriptions page leads. */
