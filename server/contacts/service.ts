@@ -700,7 +700,7 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
-/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,687 characters. */
+/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,744 characters. */
 const PAGE_ENVELOPE_BYTES = 4 * 1024;
 
 /**

@@ -54,7 +54,7 @@ export function paginationQuerySchema<S extends string>(sorts: readonly S[] | nu
             sort_direction: t.Optional(t.String({ enum: ["asc", "desc"], pattern: oneOf(["asc", "desc"]), error: "must be asc or desc", description: "asc or desc." })),
           }
         : {}),
-      cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor (sealed: it shows nothing of the row it ends on); not combinable with page. One from before an upgrade or a secrets key rotation is 422: read the list again from its first page." })),
+      cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor (sealed: it shows nothing of the row it ends on, padded so that its length tells its sort value's only to 64 bytes); not combinable with page. One from before an upgrade or a secrets key rotation is 422: read the list again from its first page." })),
       ...filters,
     },
     { additionalProperties: true },
