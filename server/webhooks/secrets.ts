@@ -15,6 +15,12 @@ const SECRETS_KEY_FILE_NAME = "secrets.key";
 const KEY_BYTES = 32;
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
+/**
+ * SEALED_TEXT_BLOCK is what sealText and sealTextAlike pad a text to a multiple of: AES-GCM keeps
+ * the length, and a cursor's or a console address's length would tell that of an email, a name or
+ * what was typed (a pasted token's 44 characters). Every text of up to 63 bytes seals alike long.
+ */
+const SEALED_TEXT_BLOCK = 64;
 /** SEALED_PREFIX starts every sealed secret; what follows is `<first 4 characters>.<base64 of iv, ciphertext, tag>`. */
 const SEALED_PREFIX = "sealed-v1.";
 /** HINT_LENGTH characters of a secret after whsec_ stay readable, the ones the API shows masked. */
@@ -71,10 +77,11 @@ export class SecretBox {
   /**
    * sealText encrypts `text` (AES-256-GCM) under the key derived from the secrets key for
    * `purpose`, bound to `boundTo` (additional data), as base64url: for an address that must carry
-   * what it may not show, or a kept answer that must not hold it in clear. Every instance sharing the key opens it.
+   * what it may not show, or a kept answer that must not hold it in clear. Every instance sharing
+   * the key opens it. Padded (paddedText), it shows the text's length only to SEALED_TEXT_BLOCK bytes.
    */
   sealText(purpose: string, boundTo: string, text: string): string {
-    return this.sealWith(purpose, randomBytes(IV_BYTES), Buffer.from(boundTo), Buffer.from(text));
+    return this.sealWith(purpose, randomBytes(IV_BYTES), Buffer.from(boundTo), paddedText(Buffer.from(text)));
   }
 
   /**
@@ -88,7 +95,8 @@ export class SecretBox {
     const plain = Buffer.from(text);
     // The binding's length first: a binding and a text are never read as another binding and text.
     const hmac = new Bun.CryptoHasher("sha256", this.derivedKey(`${purpose} nonce`)).update(`${bound.length}:`).update(bound).update(plain);
-    return this.sealWith(purpose, hmac.digest().subarray(0, IV_BYTES), bound, plain);
+    // The nonce is of the text unpadded: its padding follows from it, so a nonce still comes again only with what it sealed.
+    return this.sealWith(purpose, hmac.digest().subarray(0, IV_BYTES), bound, paddedText(plain));
   }
 
   /** sealWith encrypts `plain` under the key for `purpose` with nonce `iv` and additional data `bound`: sealText's form, base64url of nonce, ciphertext, tag. */
@@ -97,14 +105,18 @@ export class SecretBox {
     return Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]).toString("base64url");
   }
 
-  /** openText decrypts what sealText or sealTextAlike made for the same purpose and binding, or returns null: another key, purpose or binding, or altered. */
+  /**
+   * openText decrypts what sealText or sealTextAlike made for the same purpose and binding, without
+   * its padding, or returns null: another key, purpose or binding, altered, or sealed unpadded (by
+   * a crm of 2026-11-29 before they were padded).
+   */
   openText(purpose: string, boundTo: string, sealed: string): string | null {
     const payload = Buffer.from(sealed, "base64url");
     if (payload.length < IV_BYTES + TAG_BYTES) return null;
     try {
       const decipher = createDecipheriv("aes-256-gcm", this.derivedKey(purpose), payload.subarray(0, IV_BYTES)).setAAD(Buffer.from(boundTo));
       decipher.setAuthTag(payload.subarray(payload.length - TAG_BYTES));
-      return Buffer.concat([decipher.update(payload.subarray(IV_BYTES, payload.length - TAG_BYTES)), decipher.final()]).toString("utf8");
+      return unpaddedText(Buffer.concat([decipher.update(payload.subarray(IV_BYTES, payload.length - TAG_BYTES)), decipher.final()]));
     } catch {
       return null;
     }
@@ -128,6 +140,25 @@ export class SecretBox {
       throw new SecretUnreadable(`the signing secret of ${subscriptionId} does not open with this secrets key`);
     }
   }
+}
+
+/**
+ * paddedText is `plain` with the byte 0x80 and as many zero bytes after it as bring it to a
+ * multiple of SEALED_TEXT_BLOCK (ISO/IEC 7816-4 padding): one byte at least, so the padding is
+ * always there to strip, whatever the text ends with (unpaddedText).
+ */
+function paddedText(plain: Buffer): Buffer {
+  const padded = Buffer.alloc((Math.floor(plain.length / SEALED_TEXT_BLOCK) + 1) * SEALED_TEXT_BLOCK);
+  plain.copy(padded);
+  padded[plain.length] = 0x80;
+  return padded;
+}
+
+/** unpaddedText is the text paddedText padded, or null when `padded` ends otherwise than its padding does. */
+function unpaddedText(padded: Buffer): string | null {
+  let end = padded.length - 1;
+  while (end >= 0 && padded[end] === 0) end--;
+  return end >= 0 && padded[end] === 0x80 ? padded.toString("utf8", 0, end) : null;
 }
 
 const hintOf = (secret: string) => secret.slice(SECRET_PREFIX.length, SECRET_PREFIX.length + HINT_LENGTH);

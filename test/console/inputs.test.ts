@@ -304,11 +304,12 @@ test("a deliveries filters post with a field the page has no filter of is refuse
 test("a sealed address holds at most what the query string's limit leaves after s=: a longer seal is refused (422 naming the field), not redirected to an address answered 414", async () => {
   await client.get("/console/");
   const session = { operator, csrfToken: client.csrf };
-  // The seal is base64url of a 12-byte nonce, [fields, expiry] in JSON and a 16-byte tag: 3042 to
-  // 3044 bytes of JSON seal to 4094 to 4096 characters (the expiry has 13 digits).
+  // The seal is base64url of a 12-byte nonce, [fields, expiry] in JSON padded to a multiple of 64
+  // bytes (one byte at least) and a 16-byte tag: 3007 bytes of JSON seal to 4048 characters, 3008
+  // to 4134 (the expiry has 13 digits).
   const valueOf = (json: number) => json - JSON.stringify([{ event_id: "" }, Date.now()]).length;
   const answers = [];
-  for (const json of [3042, 3043, 3044]) {
+  for (const json of [3007, 3008]) {
     try {
       const address = sealedAddress(h.rt.secrets, "deliveries", session, { event_id: "x".repeat(valueOf(json)) });
       answers.push({ sealed: new URL(address, "http://console").searchParams.get("s")!.length, opened: (await client.get(address)).status });
@@ -318,7 +319,19 @@ test("a sealed address holds at most what the query string's limit leaves after 
   }
   const refused = (sealed: number) => ({ refused: 422, detail: `event id is too long for the page's address: what was typed takes ${sealed} characters sealed, and the address holds 4094.` });
   // The longest opens (its event id, shaped as none, is refused by name on the page), not 414.
-  expect(answers).toEqual([{ sealed: 4094, opened: 422 }, refused(4095), refused(4096)]);
+  expect(answers).toEqual([{ sealed: 4048, opened: 422 }, refused(4134)]);
+});
+
+test("a sealed address shows what was typed only to a 64-byte block: a search of 3 characters and one of 39 seal alike long, one of 40, one the length of an API token (44) and one of 103 a block longer", async () => {
+  await client.get("/console/");
+  // The seal holds [{"q":"..."},expiry]: 24 bytes of JSON beside the text, and at least one byte of padding.
+  const lengths = [];
+  for (const q of ["Ada", "L".repeat(39), "L".repeat(40), "L".repeat(44), "L".repeat(103)]) {
+    const location = (await client.post("/console/search", { q })).headers.get("location")!;
+    lengths.push([q.length, new URL(location, "http://console").searchParams.get("s")!.length]);
+  }
+  // base64url of a 12-byte nonce, 64 or 128 bytes sealed and a 16-byte tag
+  expect(lengths).toEqual([[3, 123], [39, 123], [40, 208], [44, 208], [103, 208]]);
 });
 
 test("a malformed request target under /console is the 400 of /public/v1: the same problem+json under /console/api, the page explaining it elsewhere", async () => {

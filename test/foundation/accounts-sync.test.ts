@@ -112,13 +112,13 @@ describe("accounts sync: happy paths", () => {
     for (const name of ["\u0001".repeat(200), "\u{1D160}".repeat(100)]) {
       const made: string[] = [];
       for (let i = 0; i < 3; i++) made.push((await account({ name })).id);
-      // each page: its status, its accounts, and whether its next_cursor is within the README's 1,687 characters
+      // each page: its status, its accounts, and whether its next_cursor is within the README's 1,744 characters
       const pages: { status: number; ids: string[]; short: boolean }[] = [];
       let cursor: string | null = null;
       do {
         const res: any = await h.json("GET", `/public/v1/accounts?name=${encodeURIComponent(name)}&sort_by=name&sort_direction=desc&per_page=1${cursor ? `&cursor=${cursor}` : ""}`);
         cursor = res.body.meta?.next_cursor ?? null;
-        pages.push({ status: res.status, ids: res.body.data?.map((a: any) => a.id), short: (cursor ?? "").length <= 1687 });
+        pages.push({ status: res.status, ids: res.body.data?.map((a: any) => a.id), short: (cursor ?? "").length <= 1744 });
       } while (cursor);
       expect(pages).toEqual([...made].reverse().map((id) => ({ status: 200, ids: [id], short: true })));
     }

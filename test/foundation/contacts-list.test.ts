@@ -338,14 +338,14 @@ describe("contact list: happy paths", () => {
     const made: string[] = [];
     for (let i = 0; i < 3; i++) made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: name, tags } })).body.data.id);
     try {
-      // each page: its status, its contacts, and whether its next_cursor is within the README's 1,687 characters
+      // each page: its status, its contacts, and whether its next_cursor is within the README's 1,744 characters
       const walk = async (list: string) => {
         const pages: { status: number; ids: string[]; short: boolean }[] = [];
         let cursor: string | null = null;
         do {
           const res: any = await h.json("GET", `${list}&per_page=1${cursor ? `&cursor=${cursor}` : ""}`);
           cursor = res.body.meta?.next_cursor ?? null;
-          pages.push({ status: res.status, ids: res.body.data?.map((c: any) => c.id), short: (cursor ?? "").length <= 1687 });
+          pages.push({ status: res.status, ids: res.body.data?.map((c: any) => c.id), short: (cursor ?? "").length <= 1744 });
         } while (cursor);
         return pages;
       };
@@ -596,6 +596,26 @@ describe("contact list: security", () => {
       expect([shows(cursor, digest.toString("base64url")), Buffer.from(cursor, "base64url").includes(digest)]).toEqual([false, false]);
     } finally {
       for (const account of accounts) expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
+    }
+  });
+
+  test("a cursor shows not the length of the row's email: cursors ending on emails of 13, 20 and 26 characters are alike long, one ending on an email of 27 a 64-byte block longer", async () => {
+    // A cursor seals ["<email>","con_<26>"], 37 bytes of JSON beside the email, and at least one byte of padding.
+    const emails = ["zzzzz@pad.xyz", "zzzz.abcdefg@pad.xyz", "zzz.abcdefghijklmn@pad.xyz", "zz.abcdefghijklmnop@pad.xyz"];
+    const made = [];
+    for (const email of emails) made.push((await h.json("POST", "/public/v1/contacts", { body: { email } })).body.data);
+    try {
+      const lengths: Record<string, number> = {};
+      let cursor = "";
+      for (let i = 0; i < emails.length; i++) {
+        const page = await h.json("GET", `/public/v1/contacts?sort_by=email&sort_direction=desc&per_page=1${cursor && `&cursor=${cursor}`}`);
+        cursor = page.body.meta.next_cursor;
+        lengths[page.body.data[0].email] = cursor.length;
+      }
+      // base64url of a 12-byte nonce, 64 or 128 bytes sealed and a 16-byte tag
+      expect(lengths).toEqual({ "zzzzz@pad.xyz": 123, "zzzz.abcdefg@pad.xyz": 123, "zzz.abcdefghijklmn@pad.xyz": 123, "zz.abcdefghijklmnop@pad.xyz": 208 });
+    } finally {
+      for (const contact of made) expect((await h.request("DELETE", `/public/v1/contacts/${contact.id}`)).status).toBe(204);
     }
   });
 

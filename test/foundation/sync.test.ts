@@ -6,6 +6,7 @@ import { pruneHistory } from "../../server/webhooks/retention.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { random } from "../support/random.ts";
 import { waitFor } from "../webhooks/support.ts";
+import { validation } from "./support.ts";
 
 // The README's sync recipe ("Keeping another system in step") run against random concurrent
 // writers: a second store, a plain map, polled in step through updated_after and the deleted list.
@@ -247,6 +248,34 @@ describe("the deleted lists' retained_since stays accepted", () => {
       const before = await h.json("GET", `/public/v1/${resource}/deleted?since=${new Date(Date.parse(retained) - 1).toISOString()}`);
       expect([resource, before.status, before.body.retained_since]).toEqual([resource, 410, retained]);
     }
+  });
+});
+
+describe("the deleted lists' cursors", () => {
+  test("a next_cursor of one deleted list is 422 on the other two (they share their one filter, since: such a cursor cut the list at its own position, answering 200 with deletions skipped), and pages on its own", async () => {
+    const since = new Date(Date.now() - 60_000).toISOString();
+    for (let i = 0; i < 2; i++) {
+      const made = [
+        ["contacts", (await h.json("POST", "/public/v1/contacts", { body: { first_name: `Gone ${i}` } })).body.data.id],
+        ["accounts", (await h.json("POST", "/public/v1/accounts", { body: { name: `Gone ${i}` } })).body.data.id],
+        ["users", (await h.json("POST", "/public/v1/users", { body: { name: `Gone ${i}`, email: `gone${i}@example.com` } })).body.data.id],
+      ];
+      for (const [resource, id] of made) expect([resource, (await h.request("DELETE", `/public/v1/${resource}/${id}`)).status]).toEqual([resource, 204]);
+    }
+    const lists = ["contacts", "accounts", "users"];
+    const page = (resource: string, cursor = "") => h.json("GET", `/public/v1/${resource}/deleted?since=${encodeURIComponent(since)}&per_page=1${cursor && `&cursor=${encodeURIComponent(cursor)}`}`);
+    const cursors = new Map<string, string>();
+    for (const resource of lists) cursors.set(resource, (await page(resource)).body.meta.next_cursor);
+    const answers = [];
+    for (const from of lists) {
+      for (const to of lists) {
+        const res = await page(to, cursors.get(from));
+        answers.push({ from, to, status: res.status, body: from === to ? res.body.meta : res.body });
+      }
+    }
+    const notOurs = validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters), or is one from before the service was upgraded or its key replaced: read the list again from its first page" }]);
+    const own = { current_page: 0, last_page: 2, per_page: 1, total: 2, next_cursor: null };
+    expect(answers).toEqual(lists.flatMap((from) => lists.map((to) => (from === to ? { from, to, status: 200, body: own } : { from, to, status: 422, body: notOurs }))));
   });
 });
 

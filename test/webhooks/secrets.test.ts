@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -411,5 +412,19 @@ describe("sealed secrets: security", () => {
     const a = await h.subscribe("http://127.0.0.1:9/a", ["contact.created"]);
     const b = await h.subscribe("http://127.0.0.1:9/b", ["contact.created"]);
     expect(async () => h.rt.secrets.open(b.id, await storedSecret(h.rt.db, a.id))).toThrow(`the signing secret of ${b.id} does not open with this secrets key`);
+  });
+});
+
+describe("sealed texts", () => {
+  test("sealText and sealTextAlike pad what they seal to a multiple of 64 bytes, with at least one byte, so its length shows only its block; openText gives back exactly what was sealed, whatever it ends with", () => {
+    const box = new SecretBox(randomBytes(32));
+    const texts = ["", "a", "x".repeat(62), "x".repeat(63), "x".repeat(64), "ends with NUL\u0000", "ends with U+0080 \u0080", "é".repeat(40)];
+    const answers = texts.map((text) => {
+      const sealed = [box.sealText("test", "bound", text), box.sealTextAlike("test", "bound", text)];
+      // base64url of a 12-byte nonce, what was sealed, and a 16-byte tag
+      return { text, sealedBytes: sealed.map((s) => Buffer.from(s, "base64url").length - 28), opened: sealed.map((s) => box.openText("test", "bound", s)) };
+    });
+    const sizes = [64, 64, 64, 64, 128, 64, 64, 128];
+    expect(answers).toEqual(texts.map((text, i) => ({ text, sealedBytes: [sizes[i]!, sizes[i]!], opened: [text, text] })));
   });
 });
