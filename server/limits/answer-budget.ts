@@ -86,6 +86,25 @@ export function answerBudget(config: Pick<Config, "answerBufferMaxMb">): AnswerB
   return new AnswerBudget(bytes, bytes / 8);
 }
 
+/** largeTexts holds the text of each large answer built by textResponse, for the answer budget to send it in pieces in its stead. */
+const largeTexts = new WeakMap<Response, string>();
+
+/**
+ * textResponse is `new Response(text, init)` for an answer a route or error handler builds whole
+ * (a console page, a problem, an idempotent replay): one of ANSWER_PIECE_BYTES characters or more
+ * is charged to the answer budget and sent in pieces as a route's text or JSON is.
+ */
+export function textResponse(text: string, init?: ResponseInit): Response {
+  const response = new Response(text, init);
+  if (text.length >= ANSWER_PIECE_BYTES) largeTexts.set(response, text);
+  return response;
+}
+
+/** largeTextOf is the text of a large answer textResponse built, undefined for any other Response. */
+export function largeTextOf(response: Response): string | undefined {
+  return largeTexts.get(response);
+}
+
 /**
  * encodeInPieces writes text as UTF-8 in pieces of at most ANSWER_PIECE_BYTES, each a buffer of
  * its own (freed once sent), never splitting a character: a piece ends before a surrogate pair

@@ -140,3 +140,27 @@ test("answers nobody reads are held within --answer-buffer-max-mb: a client past
   for (const answer of again) answer.socket.destroy();
   expect(again.map((a) => a.status)).toEqual([200, 200]);
 });
+
+test("answers built as a Response go through the budget too: an idempotent replay larger than a piece is sent in pieces, with its own status and headers (console pages, problems and /docs are built as it is)", async () => {
+  // A new account whose answer is more than a piece: created under an Idempotency-Key, then replayed.
+  const notes = "y".repeat(MAX_EXTRA_PROPERTIES_BYTES - JSON.stringify({ legacy_notes: "" }).length);
+  const create = () =>
+    fetch(`http://127.0.0.1:${port}/public/v1/accounts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "large-replay" },
+      body: JSON.stringify({ name: "Large replay", legacy_notes: notes }),
+    });
+  const first = await create();
+  const firstText = await first.text();
+  const replay = await create();
+  const id = JSON.parse(firstText).data.id;
+  const sent = (res: Response) => ({ status: res.status, chunked: res.headers.get("transfer-encoding"), length: res.headers.get("content-length"), type: res.headers.get("content-type") });
+  expect({ ...sent(replay), replayed: replay.headers.get("idempotent-replayed"), location: replay.headers.get("location"), body: await replay.text() }).toEqual({
+    ...sent(first),
+    replayed: "true",
+    location: `/public/v1/accounts/${id}`,
+    body: firstText,
+  });
+  expect(sent(replay)).toEqual({ status: 201, chunked: "chunked", length: null, type: "application/json;charset=utf-8" });
+
+});
