@@ -136,7 +136,8 @@ export function limitsGuard(rt: Runtime) {
     // whole as a Response (textResponse): a large one is charged to the answer budget and sent
     // piece by piece. Most answers are short, which pays a test or two and nothing else.
     .mapResponse({ as: "global" }, ({ request, response, set }) => {
-      const inPieces = (text: string) => budgetedBody(rt.answers, addressOf(rt.listening(), request, config.trustedProxies), text);
+      // Only a read is refused: any other request has done its work by now, and a client told to retry would do it again.
+      const inPieces = (text: string) => budgetedBody(rt.answers, addressOf(rt.listening(), request, config.trustedProxies), text, request.method === "GET");
       if (response instanceof Response) {
         const text = largeTextOf(response);
         // Bun sends no body to HEAD: nothing is held for it.

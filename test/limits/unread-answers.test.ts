@@ -9,6 +9,7 @@ import { MAX_EXTRA_PROPERTIES_BYTES, MAX_RELATED_IDS } from "../../server/limits
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { testBackend, type TestBackend } from "../support/backend.ts";
+import { Connection } from "./support.ts";
 import { waitFor } from "../webhooks/support.ts";
 
 // s36 rate-limits audit: unread pages of contacts with include (6 MB each) grew the server to
@@ -163,4 +164,24 @@ test("answers built as a Response go through the budget too: an idempotent repla
   });
   expect(sent(replay)).toEqual({ status: 201, chunked: "chunked", length: null, type: "application/json;charset=utf-8" });
 
+});
+
+test("a write's answer is sent whatever its client holds unread: refused once the write was made, a client retrying it would make it twice", async () => {
+  // 127.0.0.30 holds its whole share of answers unread, as a client that stopped reading pages does.
+  const answers = running.runtime.answers;
+  answers.take("127.0.0.30", answers.share, false);
+  const notes = "z".repeat(MAX_EXTRA_PROPERTIES_BYTES - JSON.stringify({ legacy_notes: "" }).length);
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+  const writer = new Connection(port, "127.0.0.30");
+  const created = await writer.request("POST", "/public/v1/accounts", headers, JSON.stringify({ name: "Written once", legacy_notes: notes }));
+  const reader = new Connection(port, "127.0.0.30");
+  const read = await reader.request("GET", PAGE, headers);
+  writer.destroy();
+  reader.destroy();
+  answers.release("127.0.0.30", answers.share);
+  // The account was made: its answer (more than a piece) is sent; a read is refused as before.
+  expect({ created: created.status, chunked: created.headers["transfer-encoding"], read: read.status }).toEqual({ created: 201, chunked: "chunked", read: 429 });
+  const found = await (await api("GET", `/public/v1/accounts?name=${encodeURIComponent("Written once")}`)).json();
+  expect(found.meta.total).toBe(1);
+  await waitFor(() => answers.inUse === 0, "the answers' shares given back");
 });
