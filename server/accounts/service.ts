@@ -197,7 +197,7 @@ function domainFilter(value: string | undefined): string | undefined {
 
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
 export async function listAccountsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS }, secrets);
+  const list = parseListQuery(query, { list: "accounts", sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS }, secrets);
   const filters = {
     name: query.name as string | undefined,
     domain: domainFilter(query.domain as string | undefined),

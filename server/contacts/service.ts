@@ -726,7 +726,7 @@ function includePageRefusal(fit: number): string {
 
 /** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
 export async function listContactsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
-  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] }, secrets);
+  const list = parseListQuery(query, { list: "contacts", sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] }, secrets);
   const filters = {
     email: emailFilter(query.email as string | undefined),
     fullName: (query.full_name as string | undefined)?.normalize("NFC"),

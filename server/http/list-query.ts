@@ -72,16 +72,17 @@ const CURSOR_PURPOSE = "list cursor";
 
 /**
  * cursorBinding is what a cursor is bound to (the additional data it is sealed with): its list's
- * filter names, sort, direction and filter values. The cursor carries none of them, so its size
+ * name, filter names, sort, direction and filter values; the name, as lists alike in all the rest
+ * (the deleted contacts, accounts and users) would take each other's cursors. The cursor carries none of them, so its size
  * does not grow with the filters (100 tags of 100 characters would not fit the cursor parameter's
  * 2000 characters, nor beside the filters in a 4 KiB query string), and it holds nothing by which
  * a guessed filter value could be confirmed. A time filter's offset binds alike with its "+"
  * encoded or not (withOffsetPlus), as it filters alike; a text filter's space stays a space:
  * "...T10:00:00 05:30" is another name to search for than "...+05:30".
  */
-function cursorBinding(sortBy: string, direction: SortDirection, query: Record<string, unknown>, filterNames: readonly string[]): string {
+function cursorBinding(list: string, sortBy: string, direction: SortDirection, query: Record<string, unknown>, filterNames: readonly string[]): string {
   const values = filterNames.map((f) => (TIME_FILTERS.includes(f as TimeFilter) ? withOffsetPlus(String(query[f] ?? "")) : String(query[f] ?? "")));
-  return [filterNames.join(","), sortBy, direction, ...values].join("\u0000");
+  return [list, filterNames.join(","), sortBy, direction, ...values].join("\u0000");
 }
 
 /**
@@ -108,6 +109,8 @@ function openCursor(text: string, seal: CursorSeal): CursorPosition | null {
 }
 
 export interface ListQueryOptions<S extends string> {
+  /** the list's path under /public/v1 ("contacts/deleted"): its cursors open on it alone */
+  list: string;
   sorts: readonly S[];
   defaultSort: S;
   defaultDirection: SortDirection;
@@ -199,7 +202,7 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
   const direction = (chosen.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
   // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.
   if (!options.sorts.includes(sortBy)) errors.push({ parameter: "sort_by", detail: `must be one of: ${options.sorts.join(", ")}` });
-  const cursorSeal = { secrets, binding: cursorBinding(sortBy, direction, query, options.filters) };
+  const cursorSeal = { secrets, binding: cursorBinding(options.list, sortBy, direction, query, options.filters) };
   let cursor: CursorPosition | null = null;
   if (typeof query.cursor === "string") {
     if (query.page !== undefined) errors.push({ parameter: "cursor", detail: "cannot be combined with page" });

@@ -52,7 +52,7 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
  * caller resyncs in full.
  */
 export async function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): Promise<{ data: Tombstone[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true }, rt.secrets);
+  const list = parseListQuery(query, { list: `${resource}s/deleted`, sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true }, rt.secrets);
   const since = parseTimestampFilter("since", query.since);
   const after = since ?? -1;
   const { read, total } = await readListPage(

@@ -119,7 +119,7 @@ export async function allUsers(db: Db): Promise<User[]> {
 
 /** listUsersPage returns one page of users for the list endpoint, sorted and filtered as the query asks. */
 export async function listUsersPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS }, secrets);
+  const list = parseListQuery(query, { list: "users", sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS }, secrets);
   const filters = { updatedAfter: parseTimestampFilter("updated_after", query.updated_after) };
   const { read, total } = await readListPage(
     db,

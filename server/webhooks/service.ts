@@ -269,7 +269,7 @@ export async function openReplayedSecret(rt: Runtime, body: { data: Subscription
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
 export async function listSubscriptionsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true }, secrets);
+  const list = parseListQuery(query, { list: "webhook-subscriptions", sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true }, secrets);
   const eventType = query.event as string | undefined;
   const { read, total } = await readListPage(
     db,
@@ -699,7 +699,7 @@ export async function addTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeO
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, request_id, status, created_after. */
 export async function listDeliveriesPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true }, secrets);
+  const list = parseListQuery(query, { list: "webhook-deliveries", sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true }, secrets);
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
     eventType: query.event as string | undefined,
