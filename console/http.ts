@@ -1,4 +1,5 @@
 import { noneMatchNames } from "../server/http/preconditions.ts";
+import { textResponse } from "../server/limits/answer-budget.ts";
 import type { Problem } from "../server/shared/problem.ts";
 
 /** CONTENT_SECURITY_POLICY allows only the console's own files: no inline scripts or styles, no framing. */
@@ -38,7 +39,7 @@ function withExtras(response: Response, extras: ResponseExtras): Response {
 
 /** htmlResponse answers with a whole HTML document and the security headers. */
 export function htmlResponse(html: string, status = 200, extras: ResponseExtras = {}): Response {
-  return withExtras(new Response(`<!doctype html>${html}`, { status, headers: { "content-type": "text/html; charset=utf-8", ...SECURITY_HEADERS, ...NO_STORE } }), extras);
+  return withExtras(textResponse(`<!doctype html>${html}`, { status, headers: { "content-type": "text/html; charset=utf-8", ...SECURITY_HEADERS, ...NO_STORE } }), extras);
 }
 
 /** redirect answers 303 See Other, so a form post is followed by a GET. */
@@ -48,12 +49,12 @@ export function redirect(location: string, extras: ResponseExtras = {}): Respons
 
 /** jsonResponse answers a console JSON endpoint. */
 export function jsonResponse(body: unknown, status = 200): Response {
-  return new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...SECURITY_HEADERS, ...NO_STORE } });
+  return textResponse(JSON.stringify(body), { status, headers: { "content-type": "application/json", ...SECURITY_HEADERS, ...NO_STORE } });
 }
 
 /** problemJsonResponse answers a console JSON endpoint with an RFC 9457 problem. */
 export function problemJsonResponse(problem: Problem, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(problem), { status: problem.status, headers: { "content-type": "application/problem+json", ...SECURITY_HEADERS, ...NO_STORE, ...headers } });
+  return textResponse(JSON.stringify(problem), { status: problem.status, headers: { "content-type": "application/problem+json", ...SECURITY_HEADERS, ...NO_STORE, ...headers } });
 }
 
 /**
@@ -65,7 +66,7 @@ export function assetResponse(request: Request, body: string, contentType: strin
   const etag = `"${Bun.hash(body).toString(36)}"`;
   const headers = { etag, "cache-control": "no-cache", ...SECURITY_HEADERS };
   if (noneMatchNames(request.headers.get("if-none-match"), etag)) return new Response(null, { status: 304, headers });
-  return new Response(body, { headers: { "content-type": contentType, ...headers } });
+  return textResponse(body, { headers: { "content-type": contentType, ...headers } });
 }
 
 /** readCookie returns one cookie of a request, or undefined. */

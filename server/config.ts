@@ -299,7 +299,7 @@ export const SETTINGS: Setting[] = [
     flag: "--answer-buffer-max-mb",
     env: "CRM_ANSWER_BUFFER_MAX_MB",
     kind: "positive-int",
-    help: "MiB of answers held in memory until their clients read them, all clients together (answers of 64 Ki characters or more, sent in 64 KiB pieces); an answer beyond gets 503, and one past its client's share (an eighth) 429",
+    help: "MiB of answers held in memory until their clients read them, all clients together (answers of 64 Ki characters or more, sent in 64 KiB pieces); a GET's answer beyond gets 503, and one past its client's share (an eighth) 429 (a write's answer is counted and sent)",
   },
   {
     key: "slowListLane",

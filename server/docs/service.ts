@@ -6,6 +6,7 @@ import { Kind, OptionalKind } from "@sinclair/typebox";
 import { ENTITY_TAGS_PATTERN, UNVERSIONED_RESOURCES } from "../http/preconditions.ts";
 import { SAFE_REQUEST_ID } from "../http/request-log.ts";
 import { canonicalJson } from "../idempotency/service.ts";
+import { textResponse } from "../limits/answer-budget.ts";
 import { tidyDocument, withFieldDescriptions, withLengthCounting } from "./document.ts";
 import swaggerUi from "swagger-ui-dist/package.json" with { type: "json" };
 // Imported as files so `bun build --compile` embeds them: /docs needs no CDN and no files beside the binary.
@@ -79,7 +80,7 @@ export function docsPageResponse({ info }: Documentation): Response {
 </body>
 </html>
 `;
-  return new Response(html, {
+  return textResponse(html, {
     headers: { "content-type": "text/html; charset=utf-8", "cache-control": "no-cache", "content-security-policy": DOCS_CSP },
   });
 }

@@ -1,5 +1,6 @@
 import type { AuthenticatedToken } from "../auth/service.ts";
 import { bodyFingerprint, type IdempotencyGuard, type IdempotencyScope } from "../idempotency/service.ts";
+import { textResponse } from "../limits/answer-budget.ts";
 import { ProblemError } from "../shared/problem.ts";
 import { versionTag } from "../shared/version-condition.ts";
 import { JSON_CONTENT_TYPE } from "./json-text.ts";
@@ -103,5 +104,5 @@ export async function idempotentPost<T>(
   // A replay is the first answer as it was kept, sent without checking it again against the route's
   // response schema: one kept by an older crm lacks fields added since (an account's version, a
   // subscription's paused_at) and failed that check, a 500 for the 24 hours a key is kept.
-  return new Response(JSON.stringify(replayBody), { status: result.status, headers: { "content-type": JSON_CONTENT_TYPE } }) as unknown as T;
+  return textResponse(JSON.stringify(replayBody), { status: result.status, headers: { "content-type": JSON_CONTENT_TYPE } }) as unknown as T;
 }

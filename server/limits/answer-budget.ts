@@ -24,7 +24,8 @@ const mib = (bytes: number) => `${Math.round((bytes / 1024 / 1024) * 10) / 10} M
  * back as it is pulled, the rest when the client goes away (Bun cancels the stream, also when its
  * idle timer closes a connection that takes nothing). An answer that would pass the budget is
  * refused before it is sent: 503 when all clients together hold it, 429 when its own client holds
- * its share. An answer is always let in for a client that holds nothing, and when nothing is held
+ * its share; only a GET's, as any other request's answer comes after what it did, which the
+ * client, told to retry, would do again (without an Idempotency-Key: a second account). An answer is always let in for a client that holds nothing, and when nothing is held
  * at all, so one larger than a share, or than the whole budget, is still served.
  */
 export class AnswerBudget {
@@ -40,10 +41,13 @@ export class AnswerBudget {
     readonly share: number,
   ) {}
 
-  /** take charges `bytes` of an answer to `client`, or throws 429 or 503 when they would pass its share or the budget. */
-  take(client: string, bytes: number): void {
+  /**
+   * take charges `bytes` of an answer to `client`, or throws 429 or 503 when they would pass its
+   * share or the budget and the answer is `refusable`.
+   */
+  take(client: string, bytes: number, refusable: boolean): void {
     const held = this.perClient.get(client) ?? 0;
-    if (held > 0 && held + bytes > this.share) {
+    if (refusable && held > 0 && held + bytes > this.share) {
       // The client's own doing, and its own requests alone are refused: 429, which a proxy does not retry on another instance as it may a 503.
       throw new ProblemError(
         429,
@@ -53,7 +57,7 @@ export class AnswerBudget {
         { "retry-after": String(ANSWER_RETRY_AFTER_SECONDS) },
       );
     }
-    if (this.used > 0 && this.used + bytes > this.maxBytes) {
+    if (refusable && this.used > 0 && this.used + bytes > this.maxBytes) {
       throw new ProblemError(
         503,
         "answer-buffer-full",
@@ -86,6 +90,25 @@ export function answerBudget(config: Pick<Config, "answerBufferMaxMb">): AnswerB
   return new AnswerBudget(bytes, bytes / 8);
 }
 
+/** largeTexts holds the text of each large answer built by textResponse, for the answer budget to send it in pieces in its stead. */
+const largeTexts = new WeakMap<Response, string>();
+
+/**
+ * textResponse is `new Response(text, init)` for an answer a route or error handler builds whole
+ * (a console page, a problem, an idempotent replay): one of ANSWER_PIECE_BYTES characters or more
+ * is charged to the answer budget and sent in pieces as a route's text or JSON is.
+ */
+export function textResponse(text: string, init?: ResponseInit): Response {
+  const response = new Response(text, init);
+  if (text.length >= ANSWER_PIECE_BYTES) largeTexts.set(response, text);
+  return response;
+}
+
+/** largeTextOf is the text of a large answer textResponse built, undefined for any other Response. */
+export function largeTextOf(response: Response): string | undefined {
+  return largeTexts.get(response);
+}
+
 /**
  * encodeInPieces writes text as UTF-8 in pieces of at most ANSWER_PIECE_BYTES, each a buffer of
  * its own (freed once sent), never splitting a character: a piece ends before a surrogate pair
@@ -107,12 +130,12 @@ function encodeInPieces(text: string): Uint8Array[] {
 }
 
 /**
- * budgetedBody charges a large answer's text to `client` (429 or 503 past the budget: take) and
- * returns the body that sends it piece by piece, giving each piece's bytes back as Bun pulls it,
- * and the pieces not sent when the stream is cancelled.
+ * budgetedBody charges a large answer's text to `client` (429 or 503 past the budget when
+ * `refusable`: take) and returns the body that sends it piece by piece, giving each piece's bytes
+ * back as Bun pulls it, and the pieces not sent when the stream is cancelled.
  */
-export function budgetedBody(budget: AnswerBudget, client: string, text: string): ReadableStream<Uint8Array> {
-  budget.take(client, Buffer.byteLength(text));
+export function budgetedBody(budget: AnswerBudget, client: string, text: string, refusable: boolean): ReadableStream<Uint8Array> {
+  budget.take(client, Buffer.byteLength(text), refusable);
   const pieces: (Uint8Array | undefined)[] = encodeInPieces(text);
   let next = 0;
   return new ReadableStream<Uint8Array>(

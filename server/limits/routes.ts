@@ -5,7 +5,7 @@ import { isConsolePath } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
 import { addressOf } from "../http/client-address.ts";
 import { JSON_CONTENT_TYPE } from "../http/json-text.ts";
-import { ANSWER_PIECE_BYTES, budgetedBody } from "./answer-budget.ts";
+import { ANSWER_PIECE_BYTES, budgetedBody, largeTextOf } from "./answer-budget.ts";
 import { BodyBudget } from "./body-budget.ts";
 import { MAX_BODY_BYTES, MAX_FORM_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 
@@ -132,10 +132,18 @@ export function limitsGuard(rt: Runtime) {
       // The console's forms, its open sign-in form among them, hold no more than their own limit.
       bodies.admit(request, isConsolePath(path) ? MAX_FORM_BYTES : MAX_BODY_BYTES);
     })
-    // A route's answer as text or JSON (objects serialised here, as Elysia would): a large one is
-    // charged to the answer budget and sent piece by piece. Most answers are short text, which
-    // pays the two tests before the first return and nothing else.
+    // A route's answer as text or JSON (objects serialised here, as Elysia would), or one built
+    // whole as a Response (textResponse): a large one is charged to the answer budget and sent
+    // piece by piece. Most answers are short, which pays a test or two and nothing else.
     .mapResponse({ as: "global" }, ({ request, response, set }) => {
+      // Only a read is refused: any other request has done its work by now, and a client told to retry would do it again.
+      const inPieces = (text: string) => budgetedBody(rt.answers, addressOf(rt.listening(), request, config.trustedProxies), text, request.method === "GET");
+      if (response instanceof Response) {
+        const text = largeTextOf(response);
+        // Bun sends no body to HEAD: nothing is held for it.
+        if (text === undefined || request.method === "HEAD") return;
+        return new Response(inPieces(text), { status: response.status, headers: response.headers });
+      }
       let text: string;
       if (typeof response === "string") {
         if (response.length < ANSWER_PIECE_BYTES) return;
@@ -147,9 +155,8 @@ export function limitsGuard(rt: Runtime) {
         set.headers["content-type"] ??= JSON_CONTENT_TYPE;
         if (text.length < ANSWER_PIECE_BYTES) return sentAsText(text);
       }
-      // Bun sends no body to HEAD: nothing is held for it.
       if (request.method === "HEAD") return sentAsText(text);
-      return new Response(budgetedBody(rt.answers, addressOf(rt.listening(), request, config.trustedProxies), text));
+      return new Response(inPieces(text));
     })
     .onAfterResponse({ as: "global" }, ({ request }) => {
       connections.release(request);

@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
 import { openEnum } from "../http/openapi-docs.ts";
+import { textResponse } from "../limits/answer-budget.ts";
 
 export interface FieldError {
   /** JSON pointer into the request body */
@@ -139,7 +140,7 @@ export function problem(status: number, slug: string, detail: string, errors?: F
 
 /** problemResponse serialises a problem document as application/problem+json. */
 export function problemResponse(body: Problem, headers: Record<string, string> = {}): Response {
-  return new Response(JSON.stringify(body), {
+  return textResponse(JSON.stringify(body), {
     status: body.status,
     headers: { "content-type": "application/problem+json", ...headers },
   });

@@ -539,6 +539,24 @@ describe("contact list: errors", () => {
     }
   });
 
+  test("a cursor of one list is 422 on every other, the deleted lists of contacts, accounts and users among them (same filter and sort)", async () => {
+    for (const name of ["Gone One", "Gone Two"]) {
+      const email = `${name.replace(" ", ".").toLowerCase()}@example.com`;
+      const account = await h.json("POST", "/public/v1/accounts", { body: { name } });
+      const user = await h.json("POST", "/public/v1/users", { body: { name, email } });
+      const contact = await h.json("POST", "/public/v1/contacts", { body: { email } });
+      for (const [path, id] of [["accounts", account.body.data.id], ["users", user.body.data.id], ["contacts", contact.body.data.id]]) {
+        expect((await h.json("DELETE", `/public/v1/${path}/${id}`)).status).toBe(204);
+      }
+    }
+    for (const from of ["contacts", "accounts", "users"]) {
+      const cursor = (await h.json("GET", `/public/v1/${from}/deleted?per_page=1`)).body.meta.next_cursor as string;
+      const answers = [];
+      for (const to of ["contacts", "accounts", "users"]) answers.push({ from, to, body: (await h.json("GET", `/public/v1/${to}/deleted?per_page=1&cursor=${cursor}`)).body.errors ?? "a page" });
+      expect(answers).toEqual(["contacts", "accounts", "users"].map((to) => ({ from, to, body: to === from ? "a page" : [{ parameter: "cursor", detail: NOT_OURS }] })));
+    }
+  });
+
   test("a text filter shaped like a time with a space before its offset is its own filter for a cursor: only time filters read that space as a +", async () => {
     const spaced = "2026-11-21T10:00:00 05:30";
     const made = [];

@@ -9,6 +9,7 @@ import { MAX_EXTRA_PROPERTIES_BYTES, MAX_RELATED_IDS } from "../../server/limits
 import { startServer, type RunningServer } from "../../server/server.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { testBackend, type TestBackend } from "../support/backend.ts";
+import { Connection } from "./support.ts";
 import { waitFor } from "../webhooks/support.ts";
 
 // s36 rate-limits audit: unread pages of contacts with include (6 MB each) grew the server to
@@ -139,4 +140,48 @@ test("answers nobody reads are held within --answer-buffer-max-mb: a client past
   const again = [await askUnread("127.0.0.2"), await askUnread("127.0.0.3")];
   for (const answer of again) answer.socket.destroy();
   expect(again.map((a) => a.status)).toEqual([200, 200]);
+});
+
+test("answers built as a Response go through the budget too: an idempotent replay larger than a piece is sent in pieces, with its own status and headers (console pages, problems and /docs are built as it is)", async () => {
+  // A new account whose answer is more than a piece: created under an Idempotency-Key, then replayed.
+  const notes = "y".repeat(MAX_EXTRA_PROPERTIES_BYTES - JSON.stringify({ legacy_notes: "" }).length);
+  const create = () =>
+    fetch(`http://127.0.0.1:${port}/public/v1/accounts`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "idempotency-key": "large-replay" },
+      body: JSON.stringify({ name: "Large replay", legacy_notes: notes }),
+    });
+  const first = await create();
+  const firstText = await first.text();
+  const replay = await create();
+  const id = JSON.parse(firstText).data.id;
+  const sent = (res: Response) => ({ status: res.status, chunked: res.headers.get("transfer-encoding"), length: res.headers.get("content-length"), type: res.headers.get("content-type") });
+  expect({ ...sent(replay), replayed: replay.headers.get("idempotent-replayed"), location: replay.headers.get("location"), body: await replay.text() }).toEqual({
+    ...sent(first),
+    replayed: "true",
+    location: `/public/v1/accounts/${id}`,
+    body: firstText,
+  });
+  expect(sent(replay)).toEqual({ status: 201, chunked: "chunked", length: null, type: "application/json;charset=utf-8" });
+
+});
+
+test("a write's answer is sent whatever its client holds unread: refused once the write was made, a client retrying it would make it twice", async () => {
+  // 127.0.0.30 holds its whole share of answers unread, as a client that stopped reading pages does.
+  const answers = running.runtime.answers;
+  answers.take("127.0.0.30", answers.share, false);
+  const notes = "z".repeat(MAX_EXTRA_PROPERTIES_BYTES - JSON.stringify({ legacy_notes: "" }).length);
+  const headers = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+  const writer = new Connection(port, "127.0.0.30");
+  const created = await writer.request("POST", "/public/v1/accounts", headers, JSON.stringify({ name: "Written once", legacy_notes: notes }));
+  const reader = new Connection(port, "127.0.0.30");
+  const read = await reader.request("GET", PAGE, headers);
+  writer.destroy();
+  reader.destroy();
+  answers.release("127.0.0.30", answers.share);
+  // The account was made: its answer (more than a piece) is sent; a read is refused as before.
+  expect({ created: created.status, chunked: created.headers["transfer-encoding"], read: read.status }).toEqual({ created: 201, chunked: "chunked", read: 429 });
+  const found = await (await api("GET", `/public/v1/accounts?name=${encodeURIComponent("Written once")}`)).json();
+  expect(found.meta.total).toBe(1);
+  await waitFor(() => answers.inUse === 0, "the answers' shares given back");
 });
