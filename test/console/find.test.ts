@@ -1,14 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
 import { openFields, SEALED_ADDRESS_TTL_MS, sealFields } from "../../console/addresses.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { ConsoleClient, cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { waitFor, type Receiver } from "../webhooks/support.ts";
+import { browserFile, ConsoleClient, cspViolations, shoot, shootAtBothWidths, type ConsoleServer } from "./support.ts";
 
 // One server and one browser for the file: contacts changed through the API, their events delivered to a real receiver.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -25,9 +24,8 @@ const BULK = 60;
 /** the search's own address, the search sealed in it */
 const SEALED = /^\/console\/search\?s=[A-Za-z0-9_-]+$/;
 
-beforeAll(async () => {
-  server = await startConsoleServer({}, createLogger("info", (line) => logLines.push(line)));
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, page, problems } = file);
   await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "CRM sync", events: ["contact.created", "contact.updated", "contact.deleted"] });
   account = (await server.api("POST", "/public/v1/accounts", { name: "Analytical Engines Ltd" })).data;
   const users = await fetch(url("/public/v1/users"), { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: "Charles Babbage", email: "charles@example.com" }) });
@@ -37,14 +35,7 @@ beforeAll(async () => {
   twin = (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Twin", email: "twin@example.com" })).data;
   await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: BULK }, (_, i) => ({ first_name: "Bulk", last_name: `Person ${i}`, email: `bulk${i}@example.com` })) });
   await waitFor(() => receiver.received.length >= BULK + 3, "every delivery received", 20_000);
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
-});
+}, { log: createLogger("info", (line) => logLines.push(line)) });
 
 /** find types into the search box of the start page and returns where the browser lands. */
 async function find(text: string): Promise<string> {
