@@ -30,6 +30,7 @@ import {
   findContactByExternalId,
   findContactById,
   findContactsByEmail,
+  findDeletedContactsByEmail,
   findContactsByEmailWithoutExternalId,
   insertContact,
   insertContactAccounts,
@@ -784,6 +785,17 @@ export async function findContact(db: Database, id: string): Promise<Contact | n
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
 export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
   return (await findContactsByEmail(db, asciiEmail(email.trim()))).map(toContact);
+}
+
+/** DeletedContact is a deleted contact found by an email it had: its id, and when it was deleted (null once its tombstone is pruned). */
+export interface DeletedContact {
+  id: string;
+  deleted_at: string | null;
+}
+
+/** deletedContactsWithEmail returns up to `limit` deleted contacts whose events held an email (any case), by id; an erased contact's events hold it no more (findDeletedContactsByEmail). */
+export async function deletedContactsWithEmail(db: Db, email: string, limit: number): Promise<DeletedContact[]> {
+  return (await findDeletedContactsByEmail(db, asciiEmail(email.trim()), limit)).map((row) => ({ id: row.id, deleted_at: row.deleted_at === null ? null : toTimestamp(row.deleted_at) }));
 }
 
 /**

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { listAccounts } from "../../server/accounts/store.ts";
-import { listContacts, type ContactFilters } from "../../server/contacts/store.ts";
+import { findDeletedContactsByEmail, listContacts, type ContactFilters } from "../../server/contacts/store.ts";
 import type { CursorPosition } from "../../server/http/list-query.ts";
 import { createUser } from "../../server/users/service.ts";
 import { detachUserFromContacts, UNLINK_CHUNK } from "../../server/contacts/service.ts";
@@ -127,6 +127,12 @@ test("a deliveries page filtered by request_id, first or by cursor, and its coun
   await listDeliveries(db, filters, { cursor: { value: Date.now(), id: "dlv_01M00000000000000000000000" }, limit: 26, offset: 0 });
   await countDeliveries(db, filters);
   expect(await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("events_request"))))).toEqual([true, true, true]);
+});
+
+test("a deleted contact's email finds the events that held it through their email index, not by reading every payload (migration 0052)", async () => {
+  const { db, captured } = capturing(h.rt.db);
+  expect(await findDeletedContactsByEmail(db, "gone@example.com", 50)).toEqual([]);
+  expect(await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("events_contact_email"))))).toEqual([true]);
 });
 
 test("a user's delete finds its contacts through the indexes of assigned_user_id and of the assigned users, not by reading every contact under the write lock", async () => {

@@ -483,11 +483,14 @@ function sqliteColumns(sqlite: SqliteDatabase, table: string): ColumnShape[] {
     .map((c) => ({ name: c.name, notNull: c.notnull === 1 || c.pk > 0, defaultValue: c.dflt_value }));
 }
 
+/** EXPRESSION stands for an index column that is an expression (migration 0052's email in a payload), which each backend spells in its own SQL. */
+const EXPRESSION = "(expression)";
+
 /** sqliteIndexes returns every index of a table by name (autoindexes of keys by their columns). */
 function sqliteIndexes(sqlite: SqliteDatabase, table: string): Record<string, IndexShape> {
   const shapes: Record<string, IndexShape> = {};
   for (const index of sqlite.query<{ name: string; unique: number; origin: string; partial: number }, []>(`SELECT * FROM pragma_index_list('${table}')`).all()) {
-    const columns = sqlite.query<{ name: string }, []>(`SELECT name FROM pragma_index_info('${index.name}') ORDER BY seqno`).all().map((c) => c.name);
+    const columns = sqlite.query<{ name: string | null }, []>(`SELECT name FROM pragma_index_info('${index.name}') ORDER BY seqno`).all().map((c) => c.name ?? EXPRESSION);
     const sql = sqlite.query<{ sql: string | null }, [string]>("SELECT sql FROM sqlite_master WHERE name = ?").get(index.name)?.sql ?? null;
     const partial = index.partial ? sql!.replace(/^.* WHERE /s, "") : null;
     shapes[index.origin === "c" ? index.name : `key(${columns.join(", ")})`] = { columns, unique: index.unique === 1, partial };
@@ -503,12 +506,12 @@ async function postgresIndexes(db: Db, table: string): Promise<Record<string, In
   const rows = await db.all<{ name: string; columns: string; unique: number; constraint_backed: number; partial: string | null }>(
     `SELECT i.relname AS name, ix.indisunique::int AS unique, (c.conname IS NOT NULL)::int AS constraint_backed,
             pg_get_expr(ix.indpred, ix.indrelid) AS partial,
-            (SELECT string_agg(a.attname, ', ' ORDER BY k.ord) FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
-               JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum) AS columns
+            (SELECT string_agg(COALESCE(a.attname, ?), ', ' ORDER BY k.ord) FROM unnest(ix.indkey) WITH ORDINALITY AS k(attnum, ord)
+               LEFT JOIN pg_attribute a ON a.attrelid = ix.indrelid AND a.attnum = k.attnum) AS columns
      FROM pg_index ix JOIN pg_class i ON i.oid = ix.indexrelid JOIN pg_class t ON t.oid = ix.indrelid
      LEFT JOIN pg_constraint c ON c.conindid = ix.indexrelid
      WHERE t.relname = ? AND t.relnamespace = 'public'::regnamespace`,
-    [table],
+    [EXPRESSION, table],
   );
   const shapes: Record<string, IndexShape> = {};
   for (const row of rows) {
@@ -518,9 +521,9 @@ async function postgresIndexes(db: Db, table: string): Promise<Record<string, In
   return shapes;
 }
 
-/** normalisedPredicate spells a partial-index condition without PostgreSQL's casts and parentheses, as SQLite keeps it. */
+/** normalisedPredicate spells a partial-index condition without PostgreSQL's casts and parentheses, and its `= ANY (ARRAY[...])` as the IN it was written as, as SQLite keeps it. */
 function normalisedPredicate(predicate: string | null): string | null {
-  return predicate === null ? null : predicate.replace(/::text/g, "").replace(/[()]/g, "").replace(/\s+/g, " ").trim();
+  return predicate === null ? null : predicate.replace(/::text(\[\])?/g, "").replace(/ = ANY \(ARRAY\[([^\]]*)\]\)/g, " IN ($1)").replace(/[()]/g, "").replace(/\s+/g, " ").trim();
 }
 
 async function postgresForeignKeys(db: Db, table: string): Promise<string[]> {
