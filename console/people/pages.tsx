@@ -269,7 +269,7 @@ export function operatorsPage(props: {
         )}
         <DataTable id="operators" columns={["Email", "Id", "Added (UTC)", "Last seen (UTC)", ""]} empty={null}>
           {props.operators.map((o) => (
-            <tr data-operator-id={o.id}>
+            <tr id={o.id} data-operator-id={o.id}>
               <td data-label="Email">
                 {o.email} {o.id === props.session.operator.id && <span class="tag">you</span>}
               </td>

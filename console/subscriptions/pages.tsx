@@ -210,7 +210,7 @@ export function subscriptionsPage(props: {
             </tr>
           ))}
         </DataTable>
-        <section class="card">
+        <section class="card" id="new-subscription">
           <h2>New subscription</h2>
           <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
           <form method="post" action="/console/subscriptions" class="stack">
@@ -299,12 +299,15 @@ function rotationStepPage(session: ConsoleSession, step: 1 | 2, heading: string,
 
 /** rotationPickPage is step 1: choose the subscription to replace. */
 export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionChoice[] }): string {
+  const subjects = actionSubjects(props.subscriptions.map((choice) => choice.subscription));
   return rotationStepPage(
     props.session,
     1,
     "Which subscription is to be replaced?",
     props.subscriptions.length === 0 ? (
-      <p class="muted">There are no subscriptions to rotate.</p>
+      <p class="muted">
+        There are no subscriptions to rotate. <a href="/console/subscriptions#new-subscription">Create one on the Subscriptions page</a>.
+      </p>
     ) : (
       <form method="get" action="/console/rotations/new" class="stack">
         <fieldset>
@@ -317,7 +320,15 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
                   <SubscriptionLabel description={s.description} url={s.target_url} />
                   <span class="hint">
                     {s.events.join(", ")} · <StatusBadge status={s.status} />
-                    {rotationId && " · rotation under way (continues where it stopped)"}
+                    {rotationId && (
+                      <>
+                        {" "}
+                        · rotation under way, continued where it stopped:{" "}
+                        <a href={`/console/rotations/${rotationId}`}>
+                          Resume rotation<OfSubscription subject={subjects.get(s.id)!} of />
+                        </a>
+                      </>
+                    )}
                   </span>
                   <span class="hint">
                     <SecretNote subscription={s} />

@@ -867,6 +867,8 @@ export interface WebhookEvent {
   payload_erased_at: string | null;
   /** the contact or account it is about (the id in its data, kept by an erasure), or null */
   subject_id: string | null;
+  /** the X-Request-Id of the request that made it (the console's "Request"); null: the service or a command made it, or before migration 0041 */
+  request_id: string | null;
   /** the API token whose request made it (the console's "Made by"; the API leaves it out); null: no API request, or before migration 0050 */
   token_id: string | null;
   deliveries: Delivery[];
@@ -876,7 +878,7 @@ async function toWebhookEvents(db: Db, rows: StoredEvent[]): Promise<WebhookEven
   const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
   return rows.map((row) => {
     const subject = (JSON.parse(row.payload) as { data?: { id?: unknown } } | null)?.data?.id;
-    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, token_id: row.token_id, deliveries: deliveries.get(row.id) ?? [] };
+    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, request_id: row.request_id, token_id: row.token_id, deliveries: deliveries.get(row.id) ?? [] };
   });
 }
 
