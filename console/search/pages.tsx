@@ -78,7 +78,7 @@ function DeletedContacts({ q, deleted }: { q: string; deleted: DeletedContact[] 
               <code>{c.id}</code> <span class="tag">deleted</span>
             </a>
           </td>
-          <td data-label="Deleted">{c.deleted_at ? <Time value={c.deleted_at} zone={false} /> : <span class="muted">longer ago than deletions are kept</span>}</td>
+          <td data-label="Deleted"><Time value={c.deleted_at} zone={false} /></td>
         </tr>
       ))}
     </DataTable>

@@ -22,10 +22,10 @@ export type SearchLead = { location: string } | { nothing: string } | { list: { 
 /**
  * searchLead takes what an operator pastes, as a receiver's log or a colleague names it: a delivery
  * id (the webhook-id), an event id, a contact id, a subscription id, or a contact's email, and
- * leads to its page. A deleted contact is found by its id and by an email its events held, until
- * they are erased (its page offers Erase). An email several contacts share, or any other text (a
- * name), leads to a list of contacts, read by search. Only a found record's page is a location:
- * the text is in none.
+ * leads to its page. A deleted contact is found by its id, and by the email it had when deleted
+ * while its tombstone keeps it, until its events are erased (its page offers Erase). An email
+ * several contacts share, or any other text (a name), leads to a list of contacts, read by search.
+ * Only a found record's page is a location: the text is in none.
  */
 export async function searchLead(db: Database, text: string): Promise<SearchLead> {
   const q = text.trim();

@@ -21,7 +21,7 @@ import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
 import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
-import { insertTombstone } from "../tombstones/store.ts";
+import { findContactTombstonesByEmail, insertTombstone } from "../tombstones/store.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -30,7 +30,6 @@ import {
   findContactByExternalId,
   findContactById,
   findContactsByEmail,
-  findDeletedContactsByEmail,
   findContactsByEmailWithoutExternalId,
   insertContact,
   insertContactAccounts,
@@ -442,7 +441,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     refuseUnmetCondition(condition, "contact", id, current.version);
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "contact", id });
-    await insertTombstone(tx, "contact", id, now, current.version + 1);
+    await insertTombstone(tx, "contact", id, now, current.version + 1, current.email);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
     await finish(tx, now);
   });
@@ -787,15 +786,15 @@ export async function contactsWithEmail(db: Db, email: string): Promise<Contact[
   return (await findContactsByEmail(db, asciiEmail(email.trim()))).map(toContact);
 }
 
-/** DeletedContact is a deleted contact found by an email it had: its id, and when it was deleted (null once its tombstone is pruned). */
+/** DeletedContact is a contact deleted with an email: its id, and when it was deleted. */
 export interface DeletedContact {
   id: string;
-  deleted_at: string | null;
+  deleted_at: string;
 }
 
-/** deletedContactsWithEmail returns up to `limit` deleted contacts whose events held an email (any case), by id; an erased contact's events hold it no more (findDeletedContactsByEmail). */
+/** deletedContactsWithEmail returns up to `limit` contacts deleted with an email (any case), by id, while their tombstone is kept and their events are not erased (findContactTombstonesByEmail). */
 export async function deletedContactsWithEmail(db: Db, email: string, limit: number): Promise<DeletedContact[]> {
-  return (await findDeletedContactsByEmail(db, asciiEmail(email.trim()), limit)).map((row) => ({ id: row.id, deleted_at: row.deleted_at === null ? null : toTimestamp(row.deleted_at) }));
+  return (await findContactTombstonesByEmail(db, asciiEmail(email.trim()), limit)).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) }));
 }
 
 /**

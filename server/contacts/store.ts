@@ -91,25 +91,6 @@ export function findContactsByEmail(db: Db, email: string): Promise<ContactRow[]
   return db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.email = ? ORDER BY c.id LIMIT ?`, [email, MAX_EMAIL_MATCHES_NAMED]);
 }
 
-/** DeletedContactRow is a deleted contact found by an email its events held: its id, and when it was deleted while its tombstone is kept (null once pruned). */
-export type DeletedContactRow = { id: string; deleted_at: number | null };
-
-/**
- * findDeletedContactsByEmail returns up to `limit` contacts no row holds any more whose
- * contact.created or contact.updated events held this (lowercased) email, by id, through their
- * index (migration 0052). An erased event holds no email: its contact is not found by it.
- */
-export function findDeletedContactsByEmail(db: Db, email: string, limit: number): Promise<DeletedContactRow[]> {
-  // The index's own expression, so each backend finds the events through it.
-  const emailOf = db.dialect === "postgres" ? "((e.payload::jsonb -> 'data') ->> 'email')" : "json_extract(e.payload, '$.data.email')";
-  return db.all<DeletedContactRow>(
-    `SELECT e.subject_id AS id, t.deleted_at FROM events e LEFT JOIN tombstones t ON t.resource = 'contact' AND t.id = e.subject_id
-     WHERE ${emailOf} = ? AND e.type IN ('contact.created', 'contact.updated') AND NOT EXISTS (SELECT 1 FROM contacts c WHERE c.id = e.subject_id)
-     GROUP BY e.subject_id, t.deleted_at ORDER BY e.subject_id LIMIT ?`,
-    [email, limit],
-  );
-}
-
 /** findContactsByEmailWithoutExternalId returns the first contacts with this email that have no external_id, oldest id first. */
 export function findContactsByEmailWithoutExternalId(db: Db, email: string): Promise<ContactRow[]> {
   return db.all<ContactRow>(`SELECT ${COLUMNS} FROM contacts c WHERE c.email = ? AND c.external_id IS NULL ORDER BY c.id LIMIT ?`, [email, MAX_EMAIL_MATCHES_NAMED]);

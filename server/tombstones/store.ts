@@ -13,12 +13,23 @@ export type TombstoneRow = {
   version: number | null;
 }
 
-/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user). */
-export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null): Promise<void> {
+/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user) and a contact's email (null for others), by which Find finds it. */
+export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null, email: string | null): Promise<void> {
   await db.run(
-    "INSERT INTO tombstones (resource, id, deleted_at, version) VALUES (?, ?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version",
-    [resource, id, deletedAt, version],
+    `INSERT INTO tombstones (resource, id, deleted_at, version, email) VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version, email = excluded.email`,
+    [resource, id, deletedAt, version, email],
   );
+}
+
+/** findContactTombstonesByEmail returns up to `limit` tombstones of contacts deleted with this (stored, lowercased) email, by id, through their email index (migration 0052). */
+export function findContactTombstonesByEmail(db: Db, email: string, limit: number): Promise<{ id: string; deleted_at: number }[]> {
+  return db.all("SELECT t.id, t.deleted_at FROM tombstones t WHERE t.email = ? AND t.resource = 'contact' ORDER BY t.id LIMIT ?", [email, limit]);
+}
+
+/** forgetTombstoneEmail drops the email a deleted record's tombstone keeps: its erasure leaves nothing that finds it by its email. */
+export async function forgetTombstoneEmail(db: Db, resource: Resource, id: string): Promise<void> {
+  await db.run("UPDATE tombstones SET email = NULL WHERE resource = ? AND id = ? AND email IS NOT NULL", [resource, id]);
 }
 
 /** hasTombstone tells whether a record's deletion is still kept as a tombstone. */
