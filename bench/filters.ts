@@ -73,7 +73,7 @@ async function get(path: string): Promise<any> {
 
 async function planOf(query: Record<string, string>): Promise<string> {
   const { db: spy, captured } = capturing(db);
-  await listContactsPage(spy, query, "bench");
+  await listContactsPage(spy, rt.secrets, query, "bench");
   // a walk whose window held too few matches is followed by the fetch: both plans are shown
   return captured.filter((c) => c.sql.startsWith("SELECT c.id")).map((c) => queryPlan(db.sqlite, c).join(" | ")).join("  THEN  ") || "(none)";
 }

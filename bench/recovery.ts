@@ -48,7 +48,7 @@ const input = { target_url: `http://127.0.0.1:${receiver.port}/hook`, descriptio
 const sealed = new SecretBox(loadSecretsKey({ dataDir, secretsKeyFile: "" }).key).seal(subscriptionId, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwMfKQ9r8GKYo=");
 await insertSubscription(setup, newSubscriptionRow(subscriptionId, input, sealed, { kind: "command_line" }, now - 3_600_000), input.events);
 await setup.write(async (tx) => {
-  for (let i = 0; i < FAILED; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, null, now - 1_800_000 + i);
+  for (let i = 0; i < FAILED; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Outage", version: 2 }, { requestId: null, madeBy: null }, now - 1_800_000 + i);
 });
 await setup.run("UPDATE webhook_deliveries SET status = 'failed', attempts = 8, next_attempt_at = NULL, last_response_status = 503");
 const failedIds = (await setup.all<{ id: string }>("SELECT id FROM webhook_deliveries WHERE status = 'failed'")).map((row) => row.id);

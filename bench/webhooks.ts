@@ -138,7 +138,7 @@ const db = openDatabase(databasePath(dataDir));
 const events = Math.ceil(BACKLOG / Math.max(1, SUBSCRIPTIONS - 1));
 await db.write(async (tx) => {
   const now = Date.now();
-  for (let i = 0; i < events; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Backlog", email: `b${i}@example.com` }, null, now);
+  for (let i = 0; i < events; i++) await recordEvent(tx, "contact.updated", { id: `con_bench${i}`, first_name: "Backlog", email: `b${i}@example.com` }, { requestId: null, madeBy: null }, now);
 });
 const backlog = (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'pending'"))!.n;
 await db.close();

@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include.
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share (README: Connections).
          */
         get: operations["listContacts"];
         put?: never;
@@ -517,7 +517,7 @@ export interface paths {
         put?: never;
         /**
          * Enable a disabled webhook subscription
-         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.
+         * @description Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak and its receiver's hold (held_until): events from now on are delivered to it, at once. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.
          */
         post: operations["enableWebhookSubscription"];
         delete?: never;
@@ -597,7 +597,7 @@ export interface paths {
         put?: never;
         /**
          * Pause a webhook subscription
-         * @description Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. Pausing a paused subscription changes nothing.
+         * @description Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. paused_by says what paused it (api_token here; operator for the console's Pause). Pausing a paused subscription changes nothing, its paused_at and paused_by included.
          */
         post: operations["pauseWebhookSubscription"];
         delete?: never;
@@ -697,7 +697,7 @@ export interface paths {
         put?: never;
         /**
          * Retry a webhook delivery now
-         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
+         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;
@@ -894,7 +894,7 @@ export interface components {
         /** @description RFC 9457 problem details (application/problem+json) */
         Problem: {
             /** @description URN naming the error kind; README's Problem types table says what each means and what to do. New types may be added: handle one you do not know by its status. */
-            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:secret-rotation-required" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:event-erased" | "urn:crm:problem:record-not-deleted" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:secrets-key-replaced" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
+            type: ("urn:crm:problem:invalid-json" | "urn:crm:problem:invalid-host" | "urn:crm:problem:invalid-request-target" | "urn:crm:problem:incomplete-body" | "urn:crm:problem:bad-request" | "urn:crm:problem:unauthorized" | "urn:crm:problem:browser-request" | "urn:crm:problem:forbidden" | "urn:crm:problem:not-found" | "urn:crm:problem:method-not-allowed" | "urn:crm:problem:body-timeout" | "urn:crm:problem:idempotency-key-in-use" | "urn:crm:problem:external-id-taken" | "urn:crm:problem:user-exists" | "urn:crm:problem:subscription-disabled" | "urn:crm:problem:subscription-paused" | "urn:crm:problem:subscription-deleted" | "urn:crm:problem:secret-rotation-required" | "urn:crm:problem:delivery-in-progress" | "urn:crm:problem:event-erased" | "urn:crm:problem:record-not-deleted" | "urn:crm:problem:deletions-expired" | "urn:crm:problem:replay-secret-lost" | "urn:crm:problem:replay-resource-deleted" | "urn:crm:problem:precondition-failed" | "urn:crm:problem:body-too-large" | "urn:crm:problem:uri-too-long" | "urn:crm:problem:unsupported-media-type" | "urn:crm:problem:validation" | "urn:crm:problem:idempotency-key-reused" | "urn:crm:problem:rate-limited" | "urn:crm:problem:answers-unread" | "urn:crm:problem:headers-too-large" | "urn:crm:problem:internal" | "urn:crm:problem:storage-full" | "urn:crm:problem:storage-read-only" | "urn:crm:problem:storage-failed" | "urn:crm:problem:database-replaced" | "urn:crm:problem:database-unavailable" | "urn:crm:problem:database-busy" | "urn:crm:problem:database-newer" | "urn:crm:problem:secrets-key-replaced" | "urn:crm:problem:too-many-connections" | "urn:crm:problem:body-buffer-full" | "urn:crm:problem:answer-buffer-full" | "urn:crm:problem:slow-lists-busy" | "urn:crm:problem:manual-attempts-busy" | "urn:crm:problem:subscription-attempts-busy" | "urn:crm:problem:shutting-down" | "urn:crm:problem:not-ready") | string;
             title: string;
             status: number;
             detail: string;
@@ -1093,11 +1093,15 @@ export interface components {
             disabled_at: string | null;
             /** @description Why it was disabled, in words; null while active. */
             disabled_reason: string | null;
+            /** @description What disabled it: api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one. Null while active, and for one disabled before this was recorded (2026-11-29). */
+            disabled_by: ("api_token" | "operator" | "command_line" | "delivery_loop") | string | null;
             /**
              * Format: date-time
              * @description Since when the subscription is paused; null when it is not.
              */
             paused_at: string | null;
+            /** @description What paused it: api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one. Null when it is not paused, and for a pause made before this was recorded (2026-11-29). */
+            paused_by: ("api_token" | "operator" | "command_line" | "delivery_loop") | string | null;
             /** @description Requests per second this receiver gets at most; null: no cap. */
             max_rate: number | null;
             /**
@@ -1107,7 +1111,7 @@ export interface components {
             failing_since: string | null;
             /**
              * Format: date-time
-             * @description Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.
+             * @description Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Enabling a disabled subscription ends it. Null when not held.
              */
             held_until: string | null;
             /** @description Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere. */
@@ -5998,7 +6002,7 @@ export interface operations {
                 "application/json": {
                     /**
                      * Format: date-time
-                     * @description Start of the window (inclusive), RFC 3339, at most 14 days ago. Deliveries created from then on are considered.
+                     * @description Start of the window (inclusive), RFC 3339, at most 14 days ago (a minute more is taken, for a window counted at the edge and confirmed a moment later). Deliveries created from then on are considered.
                      */
                     since: string;
                     /**
@@ -7285,7 +7289,7 @@ export interface operations {
                         disabled_at: string;
                         /** @description When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null. */
                         failing_since: string | null;
-                        /** @description Its pending deliveries, ended as failed. */
+                        /** @description Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed. */
                         pending_deliveries_failed: number;
                     };
                 };

@@ -1,9 +1,8 @@
-import type { Server } from "bun";
 import { Elysia, t } from "elysia";
 import { parseQuery } from "elysia/parse-query";
 import { CONSOLE_PREFIX, consoleFailureOf, isConsolePath } from "../server/http/conventions.ts";
-import { pathOf } from "../server/http/request-log.ts";
-import { clientAddress, clientHints, clientNetwork, requestIsHttps } from "../server/http/client-address.ts";
+import { noteOperator, pathOf } from "../server/http/request-log.ts";
+import { requestIsHttps } from "../server/http/client-address.ts";
 import { readLimitedBody, type BodyWait } from "../server/http/body.ts";
 import { heldOpenWhile } from "../server/http/idle-timer.ts";
 import { requestProblemOf } from "../server/http/errors.ts";
@@ -143,10 +142,6 @@ export function safeNext(next: string | undefined): string | undefined {
   return path.startsWith(`${CONSOLE_PREFIX}/`) ? path : undefined;
 }
 
-/** addressOf names the client for sign-in throttling: the clientNetwork of the peer, or of the client behind a trusted proxy. */
-export function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
-  return clientNetwork(clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown");
-}
 
 /** csrfTokenFor derives the CSRF token of a seed (the session secret, or the pre-session cookie); it reveals nothing of the seed. */
 export function csrfTokenFor(seed: string): string {
@@ -268,6 +263,7 @@ export function signedInConsole(rt: Runtime) {
       const url = new URL(request.url);
       throw new SignInRequired(request.method === "GET" ? safeNext(url.pathname + url.search) : undefined);
     }
+    noteOperator(request, session.operator);
     return { session };
   });
 }

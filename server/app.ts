@@ -13,6 +13,7 @@ import { docsRoutes } from "./docs/routes.ts";
 import { NAMED_SCHEMAS } from "./docs/schemas.ts";
 import { httpConventions } from "./http/conventions.ts";
 import { IdempotencyGuard } from "./idempotency/service.ts";
+import { answerBudget } from "./limits/answer-budget.ts";
 import { ApiRateLimits } from "./limits/api-rates.ts";
 import { connectionLimits } from "./limits/connections.ts";
 import { limitsGuard } from "./limits/routes.ts";
@@ -62,7 +63,7 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   if (urlFileOpenTo) log.warn(urlFileOpenTo, { path: config.databaseUrlFile });
   const configOpenTo = configFileOpenTo(config);
   if (configOpenTo) log.warn(configOpenTo, { path: config.configFileSecrets!.path });
-  if (secretsKey.created) log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path: secretsKey.path });
+  if (secretsKey.created) logCreatedSecretsKey(log, secretsKey.path);
   db.useReadLane(config.slowListLane, log);
   db.changeClock.logTo(log);
   await db.changeClock.seedAtStart(db);
@@ -73,7 +74,12 @@ export async function createRuntime({ db, config, log, network = SYSTEM_NETWORK,
   const migrations = new MigrationWatch(db, log);
   // Migrated: from here on a write that finds a newer crm's migrations under the write lock is refused.
   if (db.dialect === "postgres") db.refuseWritesAfter(POSTGRES_MIGRATIONS.at(-1)!.version, (newer) => migrations.noticed(newer));
-  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, batchRows, listening: () => null };
+  return { db, config, log, idempotency: new IdempotencyGuard(db), metrics, gauges: new DatabaseGauges(db, log), deliveries, network, secrets, connections: connectionLimits(config), answers: answerBudget(config), rateLimits: new ApiRateLimits(config, (tokenId) => tokenRate(db, tokenId)), migrations, unlinkChunk, batchRows, listening: () => null };
+}
+
+/** logCreatedSecretsKey logs the secrets key a start created: it must be kept with the database. */
+export function logCreatedSecretsKey(log: Logger, path: string): void {
+  log.info("created the key that encrypts webhook signing secrets; keep it with the database: backups do not include it", { path });
 }
 
 /** createApp builds the HTTP application without listening, so tests can call app.handle. */

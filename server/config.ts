@@ -93,6 +93,8 @@ export interface Config {
   maxConnectionsPerClient: number;
   /** MiB of request bodies buffered at once, all requests together; past it 503 */
   bodyBufferMaxMb: number;
+  /** MiB of answers held until their clients read them, all clients together (an eighth per client); past it 503 (429 past a client's share) */
+  answerBufferMaxMb: number;
   /** slow lists held at once on the read lane (SQLite's thread, half of PostgreSQL's pool), the running ones included; 0: no lane */
   slowListLane: number;
   rateReadPerSecond: number;
@@ -175,6 +177,7 @@ export const DEFAULT_CONFIG: Config = {
   maxConnections: 1024,
   maxConnectionsPerClient: 0,
   bodyBufferMaxMb: 64,
+  answerBufferMaxMb: 128,
   slowListLane: 32,
   rateReadPerSecond: 100,
   rateReadBurst: 200,
@@ -291,6 +294,13 @@ export const SETTINGS: Setting[] = [
   { key: "maxConnections", flag: "--max-connections", env: "CRM_MAX_CONNECTIONS", kind: "positive-int", help: "client connections served at once; a request on one more gets 503" },
   { key: "maxConnectionsPerClient", flag: "--max-connections-per-client", env: "CRM_MAX_CONNECTIONS_PER_CLIENT", kind: "whole", help: "connections one client address (IPv6: its /64) may hold; a request on one more gets 503; behind --trusted-proxies, requests in flight per forwarded client address (0: one eighth of --max-connections)" },
   { key: "bodyBufferMaxMb", flag: "--body-buffer-max-mb", env: "CRM_BODY_BUFFER_MAX_MB", kind: "positive-int", help: "MiB of request bodies held in memory at once, all requests together; a body beyond gets 503" },
+  {
+    key: "answerBufferMaxMb",
+    flag: "--answer-buffer-max-mb",
+    env: "CRM_ANSWER_BUFFER_MAX_MB",
+    kind: "positive-int",
+    help: "MiB of answers held in memory until their clients read them, all clients together (answers of 64 Ki characters or more, sent in 64 KiB pieces); an answer beyond gets 503, and one past its client's share (an eighth) 429",
+  },
   {
     key: "slowListLane",
     flag: "--slow-list-lane",

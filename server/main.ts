@@ -3,8 +3,8 @@ import { fstatSync, readFileSync, rmSync, statSync, type Stats } from "node:fs";
 import { constants } from "node:os";
 import { resolve } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, configFileOpenTo, databaseUrlFileOpenTo, fileKey, givenTwice, isFlag, loadConfig, parseBoolean, refuseOptionAsValue, unknownEnvironmentText, urlWithoutPassword, type Config } from "./config.ts";
-import { databaseFailureOf, databaseFaultOf, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databaseFile, databaseOpenElsewhere, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
+import { databaseFailureOf, databaseFaultOf, migrateAlone, migrateBackend, openBackend, refuseNewerDatabase, type Backend } from "./db/backend.ts";
+import { dataDirectoryLockFile, databaseFile, databasePath, isSqliteBusy, lockDataDirectory, openDatabase, WRITE_LOCK_WAIT_MS, type SqliteDatabase } from "./db/database.ts";
 import { MigrationFailed, pendingMigrations } from "./db/migrations.ts";
 import { PartlyDone } from "./db/sql.ts";
 import { assertDatabaseSecretsKey, findStoredKey, isDatabaseSecretsKey, loadSecretsKey, SecretBox, secretsKeyExists, secretsKeyOpenTo, secretsKeyPath } from "./webhooks/secrets.ts";
@@ -12,7 +12,7 @@ import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
-import { madeByText } from "./shared/made-by.ts";
+import { commandOrigin, madeByText } from "./shared/made-by.ts";
 import { MAX_TOKEN_RATE, parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
@@ -222,20 +222,25 @@ function noteSettingsWarnings(config: Config): void {
 
 /**
  * migrateWithSecretsKey migrates; a migration that seals signing secrets reads (or creates) the
- * secrets key. A key it creates is named on stderr, as serve logs it: it must be kept with the
- * database. What a migration tells the operator goes to stderr too, one line each.
+ * secrets key (commandSecrets). What a migration tells the operator goes to stderr (commandWarn).
  */
 function migrateWithSecretsKey(db: Backend, config: Config): Promise<string[]> {
-  return migrateBackend(
-    db,
-    () => {
-      const secretsKey = loadSecretsKey(config);
-      if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
-      return new SecretBox(secretsKey.key);
-    },
-    // The fields may hold names as the API stored them: escaped, so none acts on the terminal.
-    (message, fields) => process.stderr.write(`crm: ${message}: ${printable(JSON.stringify(fields))}\n`),
-  );
+  return migrateBackend(db, commandSecrets(config), commandWarn);
+}
+
+/** commandSecrets opens the secrets key for a command's migration; a key it creates is named on stderr, as serve logs it: it must be kept with the database. */
+function commandSecrets(config: Config): () => SecretBox {
+  return () => {
+    const secretsKey = loadSecretsKey(config);
+    if (secretsKey.created) noteCreatedSecretsKey(secretsKey.path);
+    return new SecretBox(secretsKey.key);
+  };
+}
+
+/** commandWarn prints what a command's migration tells the operator on stderr, one line each. */
+function commandWarn(message: string, fields: Record<string, unknown>): void {
+  // The fields may hold names as the API stored them: escaped, so none acts on the terminal.
+  process.stderr.write(`crm: ${message}: ${printable(JSON.stringify(fields))}\n`);
 }
 
 /** noteCreatedSecretsKey names on stderr a secrets key a command created, as serve logs it: it must be kept with the database. */
@@ -276,9 +281,9 @@ async function whileHoldingDataDirectory<T>(config: Config, why: string, work: (
  * migrateDataDirectory applies the SQLite migrations a command finds pending in `db`, holding the
  * data directory as serve does while it changes the schema: a serve still running there (the old
  * version, during an upgrade) would have its schema changed under it, so the command is refused
- * instead, as it is while any other process has the database open (databaseOpenElsewhere: a serve
- * from before 2026-11-27 holds no crm.lock). With nothing pending it takes no lock, works beside a
- * running serve and returns `db`; else `db` is closed for that look, which its own connections
+ * instead, as it is while any other process has the database open (migrateAlone: a serve from
+ * before 2026-11-27 holds no crm.lock). With nothing pending it takes no lock, works beside a
+ * running serve and returns `db`; else `db` is closed for migrateAlone, which its own connections
  * would fail, and the database returned is opened anew. `locked`: the caller holds the directory already.
  */
 async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked = false }: { locked?: boolean } = {}): Promise<{ db: SqliteDatabase; applied: string[] }> {
@@ -289,21 +294,12 @@ async function migrateDataDirectory(db: SqliteDatabase, config: Config, { locked
     return { db, applied: [] };
   }
   await db.close();
-  const why = `stop it before the schema is changed (pending: ${pending.join(", ")})`;
-  const migrateAlone = async () => {
+  const migrateThenOpen = async () => {
     const file = resolve(databaseFile(config.dataDir));
-    if (databaseOpenElsewhere(file)) {
-      throw new ConfigError(`the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): ${why}`);
-    }
-    const reopened = openDatabase(file, config.synchronous);
-    try {
-      return { db: reopened, applied: await migrateWithSecretsKey(reopened, config) };
-    } catch (error) {
-      await reopened.close();
-      throw error;
-    }
+    const applied = await migrateAlone(file, config.synchronous, pending, commandSecrets(config), commandWarn);
+    return { db: openDatabase(file, config.synchronous), applied };
   };
-  return locked ? migrateAlone() : whileHoldingDataDirectory(config, why, migrateAlone);
+  return locked ? migrateThenOpen() : whileHoldingDataDirectory(config, `stop it before the schema is changed (pending: ${pending.join(", ")})`, migrateThenOpen);
 }
 
 /**
@@ -361,7 +357,14 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
     await db.close();
     throw error;
   });
+  // A database just created got its whole schema, which the line above says.
+  if (!creating) noteApplied(migrated.applied);
   return migrated.db;
+}
+
+/** noteApplied names on stderr the migrations a command other than migrate applied before its work, as migrate says them: an upgrade's schema change is not made unseen. */
+function noteApplied(applied: string[]): void {
+  if (applied.length > 0) process.stderr.write(`crm: applied ${applied.join(", ")}\n`);
 }
 
 /**
@@ -373,7 +376,7 @@ async function openDataDirDatabase(config: Config, { setUp = false, locked = fal
 async function openConfiguredDatabase(config: Config, options: { setUp?: boolean; locked?: boolean } = {}): Promise<Backend> {
   if (!config.databaseUrl) return openDataDirDatabase(config, options);
   const db = await openBackend(config);
-  await migrateWithSecretsKey(db, config);
+  noteApplied(await migrateWithSecretsKey(db, config));
   return db;
 }
 
@@ -597,7 +600,7 @@ async function userDeleteCommand(args: string[]): Promise<number> {
     const db = await openConfiguredDatabase(config, { locked: true });
     try {
       await db.changeClock.seedBeforeWrites(db);
-      const deleted = await deleteUser(db, id, UNLINK_CHUNK, null);
+      const deleted = await deleteUser(db, id, UNLINK_CHUNK, commandOrigin("user delete"));
       // A lost wake-up only leaves the deliveries to the instances' next poll.
       await db.notify(DELIVERY_CHANNEL).catch(() => undefined);
       return deleted;
@@ -694,7 +697,7 @@ async function eraseCommand(resource: ErasableResource, args: string[]): Promise
   if (!id || id.startsWith("-")) throw new ConfigError(`${resource} erase needs the id of a deleted ${resource} (see GET /public/v1/${resource}s/deleted)`);
   const db = await openConfiguredDatabase(loadCommandConfig(args));
   try {
-    const { data } = (await eraseDeletedRecord(db, resource, id, BATCH_ROWS, null)).body;
+    const { data } = (await eraseDeletedRecord(db, resource, id, BATCH_ROWS, null, commandOrigin(`${resource} erase`).madeBy)).body;
     printOut(`erased the payloads of ${plural(data.events_erased, "earlier event", "earlier events")} of ${resource} ${id}; ${plural(data.deliveries_failed, "pending delivery", "pending deliveries")} of them failed unsent\n`);
   } finally {
     await db.close();

@@ -2,6 +2,7 @@ import type { Server } from "bun";
 import type { Config } from "./config.ts";
 import type { Database } from "./db/sql.ts";
 import type { IdempotencyGuard } from "./idempotency/service.ts";
+import type { AnswerBudget } from "./limits/answer-budget.ts";
 import type { ApiRateLimits } from "./limits/api-rates.ts";
 import type { ConnectionLimits } from "./limits/connections.ts";
 import type { Metrics } from "./ops/metrics.ts";
@@ -29,6 +30,8 @@ export interface Runtime {
   secrets: SecretBox;
   /** the client connections: their limits, and the drain that ends them before a stop */
   connections: ConnectionLimits;
+  /** the bytes of answers held until their clients read them, bounded in all and per client (--answer-buffer-max-mb) */
+  answers: AnswerBudget;
   /** the API's rate limits: per token, and per client address for requests without a valid token */
   rateLimits: ApiRateLimits;
   /** notices a newer crm's migrations under the running instance, after which requests are refused; started with the server */

@@ -3,10 +3,11 @@ import { lookup } from "node:dns/promises";
 import { realpathSync } from "node:fs";
 import { isIP } from "node:net";
 import { relative, resolve } from "node:path";
-import { createApp, createRuntime } from "./app.ts";
+import { createApp, createRuntime, logCreatedSecretsKey } from "./app.ts";
 import { ConfigError, type Config } from "./config.ts";
-import { openBackend } from "./db/backend.ts";
-import { dataDirectoryLockFile, databasePath, lockDataDirectory } from "./db/database.ts";
+import { migrateAlone, openBackend, refuseNewerDatabase } from "./db/backend.ts";
+import { dataDirectoryLockFile, databasePath, lockDataDirectory, openDatabase } from "./db/database.ts";
+import { loadSecretsKey, SecretBox } from "./webhooks/secrets.ts";
 import type { Runtime } from "./runtime.ts";
 import { isEmbeddedPath } from "./shared/compiled.ts";
 import { createLogger, type Logger } from "./shared/log.ts";
@@ -120,6 +121,25 @@ async function openAndListen(config: Config, log: Logger) {
   }
 }
 
+/**
+ * migrateDataDirectory applies the migrations pending in the data directory's database before serve
+ * opens it, on a connection that has the file to itself (migrateAlone): crm.lock keeps other crm
+ * processes of this version out, not a serve from before 2026-11-27 (it takes none) nor sqlite3.
+ * With nothing pending it changes nothing and refuses nothing.
+ */
+async function migrateDataDirectory(config: Config, log: Logger): Promise<void> {
+  const file = databasePath(config.dataDir);
+  const db = openDatabase(file, config.synchronous);
+  const { pending } = await refuseNewerDatabase(db).finally(() => db.close());
+  if (pending.length === 0) return;
+  const secrets = () => {
+    const secretsKey = loadSecretsKey(config);
+    if (secretsKey.created) logCreatedSecretsKey(log, secretsKey.path);
+    return new SecretBox(secretsKey.key);
+  };
+  await migrateAlone(file, config.synchronous, pending, secrets, (message, fields) => log.warn(message, fields));
+}
+
 /** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
 export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
   // Instances share a PostgreSQL database by design; a SQLite data directory serves one: a second
@@ -131,7 +151,7 @@ export async function startServer(config: Config, log: Logger = createLogger(con
       `the data directory ${JSON.stringify(config.dataDir)} is in use by another crm serve, or a migrate or copy-to-postgres under way (it holds ${dataDirectoryLockFile(config.dataDir)}); stop that one first, or give this one another --data-dir`,
     );
   }
-  const { db, runtime, app } = await openAndListen(config, log).catch((error: unknown) => {
+  const { db, runtime, app } = await (config.databaseUrl ? Promise.resolve() : migrateDataDirectory(config, log)).then(() => openAndListen(config, log)).catch((error: unknown) => {
     unlock();
     throw error;
   });

@@ -1,11 +1,12 @@
 import { Elysia, t } from "elysia";
+import { addressOf } from "../../server/http/client-address.ts";
 import { CONSOLE_PREFIX } from "../../server/http/conventions.ts";
 import { DEVICE_TTL_MS } from "../../server/operators/devices.ts";
 import { acceptOperatorLink, completeSetup, endSession, operatorLink, setupCodeUsable, signIn, type SignedIn } from "../../server/operators/service.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { randomSecret } from "../../server/shared/crypto.ts";
 import { clearCookieHeader, cookieHeader, DEVICE_COOKIE, htmlResponse, PRE_SESSION_COOKIE, readCookie, redirect, SESSION_COOKIE } from "../http.ts";
-import { addressOf, CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, OptionalForm, problemOf, safeNext } from "../shell.ts";
+import { CONSOLE_DETAIL, consoleBase, csrfTokenFor, field, OptionalForm, problemOf, safeNext } from "../shell.ts";
 import { invitationTaken, linkPage, loginPage, setupPage } from "./pages.tsx";
 
 const CodeQuery = t.Object({ code: t.Optional(t.String({ maxLength: 200 })) }, { additionalProperties: true });

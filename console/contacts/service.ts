@@ -7,7 +7,7 @@ import { unknownParameterErrors } from "../../server/http/list-query.ts";
 import { fieldsProblem } from "../../server/http/schema-errors.ts";
 import { MAX_EMAIL_LENGTH } from "../../server/limits/limits.ts";
 import { saveIdempotentResponse } from "../../server/idempotency/service.ts";
-import type { ChangeOrigin } from "../../server/shared/made-by.ts";
+import { madeByOperator, type ChangeOrigin } from "../../server/shared/made-by.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
 import type { User } from "../../server/users/model.ts";
 import { getUser } from "../../server/users/service.ts";
@@ -99,7 +99,7 @@ export function accountPage(db: Database, id: string): Promise<AccountPageView> 
  * click) answers as the first did.
  */
 export async function eraseFromForm(rt: Runtime, session: ConsoleSession, resource: ErasableResource, id: string, formKey: string): Promise<Erasure> {
-  const done = await onceForForm(rt, { session, path: `/console/${resource}s/${id}/erase`, key: formKey, values: {} }, (scope) => eraseDeletedRecord(rt.db, resource, id, rt.batchRows, scope));
+  const done = await onceForForm(rt, { session, path: `/console/${resource}s/${id}/erase`, key: formKey, values: {} }, (scope) => eraseDeletedRecord(rt.db, resource, id, rt.batchRows, scope, madeByOperator(session.operator)));
   return done.body.data;
 }
 

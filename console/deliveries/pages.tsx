@@ -11,8 +11,8 @@ import { SearchBox } from "../search/pages.tsx";
 import type { SubscriptionHealth } from "../subscriptions/health.ts";
 import { HealthPanel } from "../subscriptions/health-pages.tsx";
 import { CsrfField, formatDuration, holdPuttingOff, HttpStatus, Island, isolated, NoticeBox, receiverUrl, StatusBadge, SubscriptionLabel, Time, relativeTime, WaitsForHold, WaitsForResume, type NoticeData } from "../pages/parts.tsx";
-import { MadeByText } from "../pages/made-by.tsx";
-import type { MakerNames } from "../../server/shared/made-by.ts";
+import { MakerLink } from "../pages/made-by.tsx";
+import type { ChangeMaker, MakerNames } from "../../server/shared/made-by.ts";
 
 /** LIVE_FILTERS are the filters the live table keeps when it refreshes itself. */
 const LIVE_FILTERS = ["status", "event", "subscription_id", "event_id", "contact_id", "request_id", "since", "until"] as const;
@@ -238,23 +238,16 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
               )}
             </dd>
             <RequestFact requestId={e.request_id} deliveries={props.requestDeliveries} />
-            {e.token_id !== null && (
-              <>
-                <dt>Made by</dt>
-                <dd>
-                  <MadeByText madeBy={{ kind: "api_token", id: e.token_id }} names={props.names} />{" "}
-                  <span class="muted">
-                    (<code>{e.token_id}</code>)
-                  </span>
-                </dd>
-              </>
-            )}
+            <dt>Made by</dt>
+            <dd>
+              <MakerLink madeBy={e.made_by} names={props.names} />
+            </dd>
           </dl>
         </section>
         <EventDeliveries id="event-deliveries" deliveries={e.deliveries} subscriptions={props.subscriptions} />
         <section class="card">
           <h2>Payload</h2>
-          <Payload payload={e.payload} erasedAt={e.payload_erased_at} />
+          <Payload payload={e.payload} erasedAt={e.payload_erased_at} erasedBy={{ madeBy: e.payload_erased_by, names: props.names }} />
         </section>
       </>
     ),
@@ -262,11 +255,19 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
 }
 
 /** Payload shows an event's body as sent, or, once erased, when it was erased instead of the record. */
-function Payload(props: { payload: unknown; erasedAt: string | null }) {
+function Payload(props: { payload: unknown; erasedAt: string | null; erasedBy?: { madeBy: ChangeMaker | null; names: MakerNames } }) {
   if (props.erasedAt === null) return <pre class="code">{JSON.stringify(props.payload, null, 2)}</pre>;
+  // An erasure recorded before migration 0052 has no maker: said only where there is one.
+  const by = props.erasedBy?.madeBy && (
+    <>
+      {" "}
+      by <MakerLink madeBy={props.erasedBy.madeBy} names={props.erasedBy.names} />
+    </>
+  );
   return (
     <p class="payload-erased">
-      Erased <Time value={props.erasedAt} />, after its contact or account was deleted: nothing of the record is kept, shown or sent any more.
+      Erased <Time value={props.erasedAt} />
+      {by}, after its contact or account was deleted: nothing of the record is kept, shown or sent any more.
     </p>
   );
 }

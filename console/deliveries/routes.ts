@@ -117,7 +117,7 @@ export function deliveryRoutes(rt: Runtime) {
         const problem = attemptRefusalProblem(params.id, refusal);
         if (refusal.refused === "not-found") throw problem;
         const view = await shownDelivery(session, params.id);
-        return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text: retryRefusalText(refusal.refused, view) } }), problem.status, { headers: problem.headers });
+        return htmlResponse(deliveryPage({ session, ...view, notice: { kind: "error", text: retryRefusalText(refusal, view) } }), problem.status, { headers: problem.headers });
       },
       { params: IdParam, body: OptionalForm },
     )

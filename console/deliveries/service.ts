@@ -196,7 +196,7 @@ export function retryFromConsole(rt: Runtime, id: string): Promise<AttemptRefusa
 }
 
 /** RetryRefusal is why Retry now sent nothing while the delivery is there to show: any refusal of the delivery loop but not-found. */
-export type RetryRefusal = Exclude<AttemptRefusal["refused"], "not-found">;
+export type RetryRefusal = Exclude<AttemptRefusal, { refused: "not-found" }>;
 
 /**
  * retryRefusalText says in the console's words why Retry now sent nothing, naming the delivery's
@@ -204,12 +204,13 @@ export type RetryRefusal = Exclude<AttemptRefusal["refused"], "not-found">;
  * resume the subscription on the Subscriptions page, or nothing, its subscription being gone. The
  * API's words for the same refusals name its routes.
  */
-export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delivery; subscription: Subscription | null }): string {
+export function retryRefusalText(refusal: RetryRefusal, view: { delivery: Delivery; subscription: Subscription | null }): string {
   const name = isolated(view.subscription?.description ?? receiverUrl(view.delivery.target_url));
   const again = "Nothing was sent; press Retry now again in a moment.";
-  switch (refused) {
+  switch (refusal.refused) {
     case "subscription-attempts-busy":
-      return `Not retried: the subscription ${name} already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. ${again}`;
+      if (refusal.cap === MAX_PER_SUBSCRIPTION) return `Not retried: the subscription ${name} already has ${MAX_PER_SUBSCRIPTION} deliveries being sent, the most sent at once to one receiver. ${again}`;
+      return `Not retried: the receiver of the subscription ${name} left requests unanswered (timed out, or no connection), so this server sends it ${refusal.cap === 1 ? "1 delivery" : `${refusal.cap} deliveries`} at once until it answers again, and that many are being sent. ${again}`;
     case "manual-attempts-busy":
       return `Not retried: ${MAX_MANUAL_ATTEMPTS} retries made by hand are being sent, the most at once. ${again}`;
     case "shutting-down":
@@ -233,7 +234,7 @@ export function retryRefusalText(refused: RetryRefusal, view: { delivery: Delive
 export interface EventPageView {
   event: WebhookEvent;
   subject: { href: string; label: string } | null;
-  /** what names the API token that made it, if one did */
+  /** what names the API token or operator that made it (and erased it) */
   names: MakerNames;
   subscriptions: SubscriptionNames;
 }

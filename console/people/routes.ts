@@ -106,7 +106,7 @@ export function peopleRoutes(rt: Runtime) {
     .get(
       "/users",
       async ({ session, query }) => {
-        const page = await usersOnPage(db, query);
+        const page = await usersOnPage(rt, query);
         const notice = query.added
           ? { kind: "success" as const, text: "User added." }
           : query.deleted
@@ -128,7 +128,7 @@ export function peopleRoutes(rt: Runtime) {
           return redirect(`${CONSOLE_PREFIX}/users?added=1`);
         } catch (error) {
           const failure = problemOf(error);
-          const page = await usersOnPage(db);
+          const page = await usersOnPage(rt);
           return htmlResponse(usersPage({ session, users: page.data, meta: page.meta, form, refusal: failure }), failure.status);
         }
       },

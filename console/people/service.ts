@@ -39,13 +39,13 @@ export async function revokeTokenFromConsole(rt: Runtime, id: string): Promise<v
 const USERS_PER_PAGE = 50;
 
 /** usersOnPage returns one page of users (page "1" when absent), or throws 422 for a parameter the users page does not take or a page that is not a number. */
-export function usersOnPage(db: Database, query: { page?: string; added?: string; deleted?: string; unassigned?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
+export function usersOnPage(rt: Runtime, query: { page?: string; added?: string; deleted?: string; unassigned?: string } = {}): Promise<{ data: User[]; meta: ListMeta }> {
   // `added`, `deleted` and `unassigned` are written by the redirects after adding and deleting a user, which the route reads.
   const unknown = unknownParameterErrors(query, ["page", "added", "deleted", "unassigned"], "the users page");
   if (unknown.length > 0) throw fieldsProblem(unknown);
   const page = query.page;
   if (page !== undefined && !/^[1-9][0-9]{0,8}$/.test(page)) throw validationProblem([{ parameter: "page", detail: "must be a whole number from 1 to 999999999" }], "The page number must be a whole number from 1 to 999999999.");
-  return listUsersPage(db, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
+  return listUsersPage(rt.db, rt.secrets, { per_page: String(USERS_PER_PAGE), ...(page ? { page } : {}) });
 }
 
 const checkUserInput = fieldsChecker(UserInput);

@@ -1,13 +1,14 @@
 /** @jsxImportSource preact */
-import type { MadeBy, MakerNames } from "../../server/shared/made-by.ts";
+import type { MakerNames } from "../../server/shared/made-by.ts";
 import type { SubscriptionStats, WindowStats } from "../../server/webhooks/model.ts";
 import { WAITING_COUNTED } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText } from "../pages/made-by.tsx";
+import { MakerLink } from "../pages/made-by.tsx";
 import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, SecretNote, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
+import type { SubscriptionMakers } from "./service.ts";
 
 /** latencyText says a window's response times: "attempt time p50 120 ms · p95 800 ms", or that nothing was attempted. */
 function latencyText(times: SubscriptionHealth["latency"]["last_24h"]): string {
@@ -167,7 +168,7 @@ export function subscriptionPage(props: {
   rotationId: string | null;
   disableAfterHours: number;
   stats: SubscriptionStats;
-  madeBy: MadeBy | null;
+  makers: SubscriptionMakers;
   names: MakerNames;
 }): string {
   const s = props.health.subscription;
@@ -187,11 +188,24 @@ export function subscriptionPage(props: {
           </h1>
           <p class="url">{receiverUrl(s.target_url)}</p>
           <p class="muted" id="made-by">
-            Made by <MadeByText madeBy={props.madeBy} names={props.names} />
+            Made by <MakerLink madeBy={props.makers.madeBy} names={props.names} />
           </p>
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
           <HeldNote subscription={s} />
           <PausedNote subscription={s} />
+          {s.status === "paused" && (
+            <p class="muted" id="paused-by">
+              Paused by <MakerLink madeBy={props.makers.pausedBy} names={props.names} />
+            </p>
+          )}
+          {s.status === "disabled" && (
+            <p class="muted" id="disabled-by">
+              Disabled at <Time value={s.disabled_at} /> by <MakerLink madeBy={props.makers.disabledBy} names={props.names} />: {s.disabled_reason}
+            </p>
+          )}
+          <p class="muted" id="changed-by">
+            Last changed at <Time value={s.updated_at} /> by <MakerLink madeBy={props.makers.updatedBy} names={props.names} />
+          </p>
           <p class="muted">
             <SecretNote subscription={s} />
           </p>

@@ -6,7 +6,7 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText } from "../pages/made-by.tsx";
+import { MakerLink } from "../pages/made-by.tsx";
 import type { MakerNames } from "../../server/shared/made-by.ts";
 import { parseTimestamp } from "../../server/shared/time.ts";
 import { consoleFieldTime } from "../shell.ts";
@@ -172,7 +172,7 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} zone={false} />
               </td>
               <td data-label="Made by">
-                <MadeByText madeBy={madeBy} names={props.names} />
+                <MakerLink madeBy={madeBy} names={props.names} />
               </td>
               <td class="row-actions">
                 <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subject={subjects.get(s.id)!} of /></a>

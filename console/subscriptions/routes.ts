@@ -10,6 +10,7 @@ import { htmlResponse, redirect } from "../http.ts";
 import { isolated, receiverUrl } from "../pages/parts.tsx";
 import { CONSOLE_DETAIL, consoleTime, field, fields, flagQuery, IdParam, OptionalForm, problemOf, signedInConsole } from "../shell.ts";
 import { makerNames } from "../../server/auth/service.ts";
+import { madeByOperator } from "../../server/shared/made-by.ts";
 import { recentFailures, subscriptionsHealth } from "./health.ts";
 import { subscriptionPage } from "./health-pages.tsx";
 import {
@@ -38,7 +39,7 @@ import {
   sendSecretRotationTest,
   startRotation,
   subscriptionChoices,
-  subscriptionMaker,
+  subscriptionMakers,
   subscriptionsOverview,
   type SubscriptionForm,
 } from "./service.ts";
@@ -113,7 +114,7 @@ export function subscriptionRoutes(rt: Runtime) {
       async ({ session, params }) => {
         const subscription = await getSubscription(db, params.id);
         const [health] = await subscriptionsHealth(db, [subscription]);
-        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id, session.operator.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id), madeBy: await subscriptionMaker(db, subscription.id), names: await makerNames(db) }));
+        return htmlResponse(subscriptionPage({ session, health: health!, failures: await recentFailures(db, subscription.id, session.operator.id), rotationId: await openRotationFrom(db, subscription.id), disableAfterHours: rt.config.disableFailingAfterHours, stats: await getSubscriptionStats(db, subscription.id), makers: await subscriptionMakers(db, subscription.id), names: await makerNames(db) }));
       },
       { params: IdParam },
     )
@@ -121,7 +122,7 @@ export function subscriptionRoutes(rt: Runtime) {
       "/subscriptions/:id/enable",
       async ({ session, params }) => {
         try {
-          await enableSubscription(rt, params.id);
+          await enableSubscription(rt, params.id, null, madeByOperator(session.operator));
         } catch (error) {
           // A page shown before the reset still offers Enable: it says what to do instead.
           if (problemOf(error, 409).slug !== "secret-rotation-required") throw error;
@@ -152,7 +153,7 @@ export function subscriptionRoutes(rt: Runtime) {
         let description: string | undefined;
         try {
           description = field(body, "description");
-          await editSubscriptionFromForm(rt, params.id, description);
+          await editSubscriptionFromForm(rt, session, params.id, description);
           return redirect(`${CONSOLE_PREFIX}/subscriptions?saved=1`);
         } catch (error) {
           const failure = problemOf(error, 422);
@@ -163,16 +164,16 @@ export function subscriptionRoutes(rt: Runtime) {
     )
     .post(
       "/subscriptions/:id/pause",
-      async ({ params }) => {
-        await pauseSubscription(rt, params.id, true, null);
+      async ({ session, params }) => {
+        await pauseSubscription(rt, params.id, true, null, madeByOperator(session.operator));
         return redirect(`${CONSOLE_PREFIX}/subscriptions?paused=1`);
       },
       { params: IdParam, body: OptionalForm },
     )
     .post(
       "/subscriptions/:id/resume",
-      async ({ params }) => {
-        await pauseSubscription(rt, params.id, false, null);
+      async ({ session, params }) => {
+        await pauseSubscription(rt, params.id, false, null, madeByOperator(session.operator));
         return redirect(`${CONSOLE_PREFIX}/subscriptions?resumed=1`);
       },
       { params: IdParam, body: OptionalForm },
@@ -271,7 +272,7 @@ export function rotationRoutes(rt: Runtime) {
       "/subscriptions/:id/secret-rotation/finish",
       async ({ session, params, body }) => {
         try {
-          await finishSecretRotation(rt, params.id, field(body, "confirm") === "yes");
+          await finishSecretRotation(rt, session, params.id, field(body, "confirm") === "yes");
           return redirect(`${CONSOLE_PREFIX}/subscriptions/${params.id}/secret-rotation?finished=1`);
         } catch (error) {
           const failure = problemOf(error, 422);

@@ -3,7 +3,7 @@ import type { Database, Db } from "../../server/db/sql.ts";
 import { fieldsChecker } from "../../server/http/schema-errors.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { notFound, ProblemError, validationProblem } from "../../server/shared/problem.ts";
-import { madeByOf, madeByOperator, type ChangeOrigin, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
+import { changeMakerOf, madeByOf, madeByOperator, type ChangeMaker, type ChangeOrigin, type MadeBy, type MakerNames } from "../../server/shared/made-by.ts";
 import { makerNames } from "../../server/auth/service.ts";
 import { toOptionalTimestamp, toTimestamp } from "../../server/shared/time.ts";
 import { SecretRotationInput, SubscriptionInput, SubscriptionUpdate, type Subscription, type SubscriptionWithSecret } from "../../server/webhooks/model.ts";
@@ -151,11 +151,19 @@ export function subscriptionsOverview(db: Database, now = Date.now()): Promise<{
   });
 }
 
-/** subscriptionMaker returns who made a subscription (null: unknown, made before migration 0047), or throws 404. */
-export async function subscriptionMaker(db: Db, id: string): Promise<MadeBy | null> {
+/** SubscriptionMakers are who made a subscription (migration 0047) and who made its pause, its disable and its last change (0052); null: unknown, or none. */
+export interface SubscriptionMakers {
+  madeBy: MadeBy | null;
+  pausedBy: ChangeMaker | null;
+  disabledBy: ChangeMaker | null;
+  updatedBy: ChangeMaker | null;
+}
+
+/** subscriptionMakers returns who made a subscription and its pause, disable and last change, or throws 404. */
+export async function subscriptionMakers(db: Db, id: string): Promise<SubscriptionMakers> {
   const row = await findSubscriptionById(db, id);
   if (!row) throw notFound("webhook subscription", id);
-  return madeByOf(row);
+  return { madeBy: madeByOf(row), pausedBy: changeMakerOf(row.paused_by), disabledBy: changeMakerOf(row.disabled_by), updatedBy: changeMakerOf(row.updated_by) };
 }
 
 /** RotationView is the rotation wizard's state, derived from the database so it can be resumed at any time. */
@@ -350,7 +358,7 @@ export async function rotateSecretFromForm(rt: Runtime, session: ConsoleSession,
     const row = await findSubscriptionById(tx, id);
     if (!row) throw notFound("webhook subscription", id);
     if (secretTag(row.secret) !== form.secretTag) throw rotatedMeanwhile();
-    made = (await replaceSecret(rt, tx, id, input, null))!.body.data.secret;
+    made = (await replaceSecret(rt, tx, id, input, null, madeByOperator(session.operator)))!.body.data.secret;
     return { secret_tag: secretTag((await findSubscriptionById(tx, id))!.secret) };
   });
   if (!replayed) return made;
@@ -378,21 +386,21 @@ export async function sendSecretRotationTest(rt: Runtime, session: ConsoleSessio
   });
 }
 
-/** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the operator confirmed. */
-export async function finishSecretRotation(rt: Runtime, id: string, confirmed: boolean): Promise<void> {
+/** finishSecretRotation retires the previous secret, which the wizard allows only after a test event succeeded and the session's operator confirmed. */
+export async function finishSecretRotation(rt: Runtime, session: ConsoleSession, id: string, confirmed: boolean): Promise<void> {
   const view = await secretRotationView(rt.db, id);
   if (view.step !== "test") return;
   if (view.test?.status !== "succeeded") throw new ProblemError(409, "rotation-untested", "The previous secret can be retired only after a test event was delivered successfully.");
   if (!confirmed) throw validationProblem([{ pointer: "/confirm", detail: "must be ticked" }], "Tick the box to confirm that the previous secret is to stop signing.");
-  await endRotationGrace(rt, id);
+  await endRotationGrace(rt, id, madeByOperator(session.operator));
 }
 
 const checkSubscriptionUpdate = fieldsChecker(SubscriptionUpdate);
 
-/** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it), checked with the API's update model. */
-export async function editSubscriptionFromForm(rt: Runtime, id: string, description: string): Promise<void> {
+/** editSubscriptionFromForm sets a subscription's description from the console's edit form (empty clears it), checked with the API's update model, made by the session's operator. */
+export async function editSubscriptionFromForm(rt: Runtime, session: ConsoleSession, id: string, description: string): Promise<void> {
   const text = description.trim();
-  await updateSubscription(rt, id, checkSubscriptionUpdate({ description: text === "" ? null : text }));
+  await updateSubscription(rt, id, checkSubscriptionUpdate({ description: text === "" ? null : text }), madeByOperator(session.operator));
 }
 
 /** RecoveryPreview is a recovery window the operator picked and the failed deliveries it would send again. */

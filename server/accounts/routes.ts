@@ -36,7 +36,7 @@ export function accountRoutes(rt: Runtime) {
       detail: { operationId: "createAccount", summary: "Create an account", description: "Create or resolve (list by name or domain) the account first, then attach contacts to it with account_ids. Sends account.created.", tags, ...secured },
     })
     .post("/batch", ...batchPost(rt, ACCOUNT_BATCH, BATCH_DOC))
-    .get("", ({ query }) => listAccountsPage(rt.db, query), {
+    .get("", ({ query }) => listAccountsPage(rt.db, rt.secrets, query), {
       query: AccountListQuery,
       response: { 200: AccountListEnvelope, ...problemResponses(401, 403, 422) },
       detail: {

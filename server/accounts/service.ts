@@ -8,6 +8,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import { extraPropertiesErrors } from "../limits/service.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
@@ -117,7 +118,7 @@ async function matchAccount(db: Db, input: AccountInput): Promise<{ row: Account
 }
 
 /** writeNewAccount inserts an account and its account.created event (made by the request `origin`); call it inside a write. */
-async function writeNewAccount(db: Db, input: AccountInput, origin: ChangeOrigin | null, now: number): Promise<Account> {
+async function writeNewAccount(db: Db, input: AccountInput, origin: ChangeOrigin, now: number): Promise<Account> {
   const row = accountRowFrom(blankAccount(now), input, now);
   await insertAccount(db, row);
   const account = toAccount(row);
@@ -130,7 +131,7 @@ async function writeNewAccount(db: Db, input: AccountInput, origin: ChangeOrigin
  * written with updated_at = now and its account.updated event (made by the request `origin`);
  * an input that changes nothing writes nothing. Refuses merged further properties over their limit.
  */
-async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, origin: ChangeOrigin | null, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
+async function writeAccountChange(db: Db, current: AccountRow, input: AccountInput, origin: ChangeOrigin, now: number): Promise<{ errors: FieldError[] } | { account: Account; changed: boolean }> {
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...accountRowFrom(current, input, now), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
   const merged = extraPropertiesErrors(JSON.parse(row.properties) as Record<string, unknown>, KNOWN);
@@ -146,7 +147,7 @@ async function writeAccountChange(db: Db, current: AccountRow, input: AccountInp
 }
 
 /** upsertAccount writes one valid batch item: created, updated or unchanged; invalid when its key is ambiguous or the merged properties too large. */
-async function upsertAccount(db: Db, input: AccountInput, now: number, origin: ChangeOrigin | null): Promise<BatchResult> {
+async function upsertAccount(db: Db, input: AccountInput, now: number, origin: ChangeOrigin): Promise<BatchResult> {
   const match = await matchAccount(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   if (!match.row) return { status: "created", id: (await writeNewAccount(db, input, origin, now)).id };
@@ -159,7 +160,7 @@ async function upsertAccount(db: Db, input: AccountInput, now: number, origin: C
 export const ACCOUNT_BATCH: BatchKind<AccountInput> = { itemErrors: accountItemErrors, upsert: upsertAccount };
 
 /** createAccount stores an account, its account.created event (made by the request `origin`) and its idempotent response in one group-committed write. */
-export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: Account } }> {
+export async function createAccount(rt: Runtime, input: AccountInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<{ status: number; body: { data: Account } }> {
   refuseInvalidAccountInput(input);
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
@@ -195,8 +196,8 @@ function domainFilter(value: string | undefined): string | undefined {
 }
 
 /** listAccountsPage returns one page of accounts, sorted and filtered as the query asks. */
-export async function listAccountsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS });
+export async function listAccountsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Account[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ACCOUNT_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: ACCOUNT_FILTERS }, secrets);
   const filters = {
     name: query.name as string | undefined,
     domain: domainFilter(query.domain as string | undefined),
@@ -210,7 +211,7 @@ export async function listAccountsPage(db: Database, query: Record<string, unkno
     (source) => countAccounts(source, filters),
   );
   const column = ACCOUNT_SORT_COLUMNS[list.sortBy];
-  return { data: pageRows(list, read).map(toAccount), meta: listMeta(list, total, read, (row: AccountRow) => row[column], query, ACCOUNT_FILTERS) };
+  return { data: pageRows(list, read).map(toAccount), meta: listMeta(list, total, read, (row: AccountRow) => row[column]) };
 }
 
 /**
@@ -219,7 +220,7 @@ export async function listAccountsPage(db: Database, query: Record<string, unkno
  * account is 404; a stored version that does not meet `condition` is 412, checked before the body
  * (RFC 9110 section 13.2.2), and nothing changes.
  */
-export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Account> {
+export async function updateAccount(rt: Runtime, id: string, input: AccountPatch, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Account> {
   return rt.db.write(async (tx) => {
     const current = await findAccountById(tx, id);
     if (!current) throw notFound("account", id);
@@ -242,7 +243,7 @@ export async function updateAccount(rt: Runtime, id: string, input: AccountPatch
  * between the writes does, and a DELETE sent again finishes the job. A write after the first
  * refused for any reason ends it with PartlyDone, which says how many the writes before it unlinked.
  */
-export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<void> {
+export async function deleteAccount(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin): Promise<void> {
   await writeInSteps(rt.db, async (tx, first) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findAccountById(tx, id);

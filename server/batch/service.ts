@@ -22,7 +22,7 @@ export interface BatchKind<T, O extends object = object> {
   /** itemErrors checks an item on its own (schema and limits), with pointers into the item */
   itemErrors: (item: unknown) => FieldError[];
   /** upsert writes one valid item inside the batch's transaction; its events are made by the request `origin` */
-  upsert: (db: Db, input: T, now: number, origin: ChangeOrigin | null, options: O) => Promise<BatchResult>;
+  upsert: (db: Db, input: T, now: number, origin: ChangeOrigin, options: O) => Promise<BatchResult>;
 }
 
 /**
@@ -30,7 +30,7 @@ export interface BatchKind<T, O extends object = object> {
  * with their events and the idempotent response (unless every item was refused); an invalid item
  * is refused alone, with pointers into the batch. Every event is made by the request `origin`.
  */
-export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: BatchResult[] } }> {
+export async function runBatch<T, O extends object>(rt: Runtime, kind: BatchKind<T, O>, items: unknown[], options: O, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<{ status: number; body: { data: BatchResult[] } }> {
   const checked = items.map((item) => ({ input: item as T, errors: kind.itemErrors(item) }));
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);

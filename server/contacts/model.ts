@@ -192,7 +192,8 @@ export const ContactListQuery = paginationQuerySchema(CONTACT_SORTS, {
       // The service refuses an empty list item, a tag too long and a 101st item itself (parseTagFilter); the document says so with a pattern.
       ...documentAs({ type: "string", minLength: 1, maxLength: MAX_TAGS * (MAX_TAG_LENGTH + 1), pattern: `^[^,]{1,${MAX_TAG_LENGTH}}(,[^,]{1,${MAX_TAG_LENGTH}}){0,${MAX_TAGS - 1}}$` }),
       error: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`,
-      description: "Only contacts carrying every one of these tags (exact, case-sensitive, in Unicode NFC as tags are stored): comma-separated (tag=a,b) or repeated (tag=a&tag=b).",
+      description:
+        "Only contacts carrying every one of these tags (exact, case-sensitive, in Unicode NFC as tags are stored): comma-separated (tag=a,b) or repeated (tag=a&tag=b). A tag's characters are counted as the pattern counts them, in Unicode code points as given (before NFC), and a 422 for a tag too long says which one and how many.",
     }),
   ),
   assigned_user_id: t.Optional(t.String({ ...USER_ID, description: "Only contacts whose assigned_user_id is this user." })),

@@ -11,6 +11,7 @@ import { schemaChecker } from "../http/schema-errors.ts";
 import type { JsonText } from "../http/json-text.ts";
 import { refuseUnmetCondition, type VersionCondition } from "../shared/version-condition.ts";
 import { cursorAfter, listMeta, pageRows, pageTotal, pageWindow, parseListQuery, parseTimestampFilter, unknownParameterErrors, type CursorPosition, type ListMeta, type SortValue } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { canonicalJson, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
 import { withdrawIdempotencyRecordsOf } from "../idempotency/store.ts";
 import type { Runtime } from "../runtime.ts";
@@ -22,6 +23,7 @@ import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../lim
 import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { findContactTombstonesByEmail, insertTombstone } from "../tombstones/store.ts";
+import { codePoints } from "../shared/text.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -278,7 +280,7 @@ function applyInput(row: ContactRow, input: ContactInput): ContactRow {
 }
 
 /** writeNewContact inserts a contact, its relations and its contact.created event (made by the request `origin`), or refuses one that names nobody; call it inside a write. */
-async function writeNewContact(db: Db, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
+async function writeNewContact(db: Db, input: ContactInput, origin: ChangeOrigin, now: number): Promise<{ errors: FieldError[] } | { contact: Contact }> {
   input = storedForm(input);
   const empty: ContactRow = { id: newId("con", now), first_name: null, last_name: null, email: null, phone: null, external_id: null, assigned_user_id: null, properties: "{}", account_ids: "[]", assigned_user_ids: "[]", version: 1, created_at: now, updated_at: now };
   const row = applyInput(empty, input);
@@ -301,7 +303,7 @@ type ContactChange = { errors: FieldError[] } | { contact: Contact; changed: boo
  * contact.updated event (made by the request `origin`), an input that changes nothing writes
  * nothing (updated_at stays, no event). Call it inside a write, after the relations are checked.
  */
-async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, origin: ChangeOrigin | null, now: number): Promise<ContactChange> {
+async function writeContactChange(db: Db, current: ContactRow, input: ContactInput, origin: ChangeOrigin, now: number): Promise<ContactChange> {
   input = storedForm(input);
   // Writes are serialised, so counting up from the stored version gives each change its own number, in commit order.
   const row = { ...applyInput(current, input), version: current.version + 1, updated_at: notBefore(current.updated_at, now) };
@@ -325,7 +327,7 @@ async function writeContactChange(db: Db, current: ContactRow, input: ContactInp
 }
 
 /** createContact stores a contact, its relations, its contact.created event (made by the request `origin`) and idempotent response in one commit. */
-export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ status: number; body: { data: Contact } }> {
+export async function createContact(rt: Runtime, input: ContactInput, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<{ status: number; body: { data: Contact } }> {
   refuseInvalidFields(input);
   return rt.db.write(async (tx) => {
     await refuseUnknownRelations(tx, input);
@@ -340,7 +342,7 @@ export async function createContact(rt: Runtime, input: ContactInput, idempotenc
 }
 
 /** updateContact applies a PATCH (if the stored version meets `condition`, else 412); a change writes contact.updated in the same commit, a no-op writes nothing. */
-export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function updateContact(rt: Runtime, id: string, input: ContactInput, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, id);
     if (!current) throw notFound("contact", id);
@@ -408,7 +410,7 @@ function withAccountsAdded(row: ContactRow, input: ContactInput): { input: Conta
 }
 
 /** upsertContact writes one valid batch item: created, updated (its custom fields merged and its accounts added when `options` say so), unchanged, or invalid when its match, relations or merge refuse it. */
-async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin | null, options: ContactBatchOptions): Promise<BatchResult> {
+async function upsertContact(db: Db, input: ContactInput, now: number, origin: ChangeOrigin, options: ContactBatchOptions): Promise<BatchResult> {
   const match = await matchContact(db, input);
   if ("errors" in match) return { status: "invalid", errors: match.errors };
   const relationErrors = await unknownRelationErrors(db, input);
@@ -433,7 +435,7 @@ export const CONTACT_BATCH: BatchKind<ContactInput, ContactBatchOptions> = { ite
  * deleteContact removes a contact (if the stored version meets `condition`, else 412), withdraws the kept answers showing it, and writes its tombstone and contact.deleted, whose version follows the contact's last, in the same commit;
  * `finish` runs in that commit too (the console records its form's answer there).
  */
-export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin | null, finish: (tx: Db, now: number) => Promise<void> = async () => {}): Promise<void> {
+export async function deleteContact(rt: Runtime, id: string, condition: VersionCondition | null, origin: ChangeOrigin, finish: (tx: Db, now: number) => Promise<void> = async () => {}): Promise<void> {
   return rt.db.write(async (tx) => {
     const now = await rt.db.changeClock.stamp(tx);
     const current = await findContactById(tx, id);
@@ -459,7 +461,7 @@ async function changeRelation(
   condition: VersionCondition | null,
   change: (row: ContactRow, tx: Db) => Promise<ContactInput | null>,
   idempotency: IdempotencyScope | null,
-  origin: ChangeOrigin | null,
+  origin: ChangeOrigin,
 ): Promise<Contact> {
   return rt.db.write(async (tx) => {
     const current = await findContactById(tx, contactId);
@@ -475,7 +477,7 @@ async function changeRelation(
 }
 
 /** addContactAccount links a contact to one more account (last in account_ids), if its version meets `condition` (else 412); linking it again changes nothing. */
-export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function addContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row, tx) => {
     const ids = idList(row.account_ids);
     if (ids.includes(accountId)) return null;
@@ -486,7 +488,7 @@ export async function addContactAccount(rt: Runtime, contactId: string, accountI
 }
 
 /** removeContactAccount unlinks a contact from an account, if its version meets `condition` (else 412); an account it is not linked to changes nothing. */
-export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function removeContactAccount(rt: Runtime, contactId: string, accountId: string, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const ids = idList(row.account_ids);
     return ids.includes(accountId) ? { account_ids: ids.filter((id) => id !== accountId) } : null;
@@ -494,7 +496,7 @@ export async function removeContactAccount(rt: Runtime, contactId: string, accou
 }
 
 /** addContactTag adds a tag to a contact (last in tags), if its version meets `condition` (else 412); a tag it carries changes nothing. */
-export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function addContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<Contact> {
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
     if (tags.includes(tag)) return null;
@@ -504,7 +506,7 @@ export async function addContactTag(rt: Runtime, contactId: string, tag: string,
 }
 
 /** removeContactTag removes a tag from a contact, if its version meets `condition` (else 412); a tag it does not carry changes nothing. */
-export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, origin: ChangeOrigin | null): Promise<Contact> {
+export async function removeContactTag(rt: Runtime, contactId: string, tag: string, condition: VersionCondition | null, origin: ChangeOrigin): Promise<Contact> {
   tag = tag.normalize("NFC");
   return changeRelation(rt, contactId, condition, async (row) => {
     const tags = tagsOf(row);
@@ -533,7 +535,7 @@ const contactChange = (row: ContactRow) => ({ data: toContact(row), happenedAt: 
  * (unlinkAccountFromContacts counts each one's version up as writeContactChange does). Returns how
  * many it unlinked: fewer than `chunk` leaves none linked.
  */
-export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
+export async function detachAccountFromContacts(db: Db, accountId: string, now: number, chunk: number, origin: ChangeOrigin): Promise<number> {
   const changed = await unlinkAccountFromContacts(db, accountId, await findContactsLinkedToAccount(db, accountId, chunk), now);
   await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;
@@ -545,7 +547,7 @@ export async function detachAccountFromContacts(db: Db, accountId: string, now: 
  * account's links: each gets a new version and updated_at and one contact.updated. Returns how
  * many contacts it changed: fewer than `chunk` leaves none assigned.
  */
-export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, origin: ChangeOrigin | null): Promise<number> {
+export async function detachUserFromContacts(db: Db, userId: string, now: number, chunk: number, origin: ChangeOrigin): Promise<number> {
   const changed = await unassignUserFromContacts(db, userId, await findContactsAssignedToUser(db, userId, chunk), now);
   await recordEvents(db, "contact.updated", changed.map(contactChange), origin);
   return changed.length;
@@ -574,13 +576,14 @@ function emailFilter(value: string | undefined): string | undefined {
 /** parseTagFilter reads the `tag` parameter (comma-separated; the route joins repeated ones) or throws a 422 naming it. */
 function parseTagFilter(value: unknown): string[] | undefined {
   if (typeof value !== "string") return undefined;
-  const given = value.normalize("NFC").split(",");
-  // Items counted as given, repeats too: the document's pattern, which cannot tell a repeat, counts them so.
-  const tags = [...new Set(given)];
-  if (tags.some((tag) => tag.length === 0 || tag.length > MAX_TAG_LENGTH) || given.length > MAX_TAGS) {
-    throw validationProblem([{ parameter: "tag", detail: `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated` }]);
-  }
-  return tags;
+  // Items and their characters counted as given, as the document's pattern counts them: repeats
+  // too (a pattern cannot tell one), and in code points, before NFC (which may change a count).
+  const given = value.split(",");
+  const limit = `must be at most ${MAX_TAGS} tags of 1 to ${MAX_TAG_LENGTH} characters, comma-separated or repeated`;
+  const tooLong = given.findIndex((tag) => codePoints(tag) > MAX_TAG_LENGTH);
+  if (tooLong >= 0) throw validationProblem([{ parameter: "tag", detail: `${limit}: tag ${tooLong + 1} has ${codePoints(given[tooLong]!)} characters (Unicode code points, as given)` }]);
+  if (given.some((tag) => tag.length === 0) || given.length > MAX_TAGS) throw validationProblem([{ parameter: "tag", detail: limit }]);
+  return [...new Set(given.map((tag) => tag.normalize("NFC")))];
 }
 
 /**
@@ -697,7 +700,7 @@ function refuseWhenLaneFull(error: unknown): never {
   );
 }
 
-/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,750 characters. */
+/** PAGE_ENVELOPE_BYTES is what MAX_INCLUDE_PAGE_BYTES keeps for a page's envelope and meta, whose next_cursor is at most 1,687 characters. */
 const PAGE_ENVELOPE_BYTES = 4 * 1024;
 
 /**
@@ -722,8 +725,8 @@ function includePageRefusal(fit: number): string {
 }
 
 /** listContactsPage answers `reader`'s GET /contacts, serialised: filters, sort, offset or keyset page, includes. */
-export async function listContactsPage(db: Database, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
-  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] });
+export async function listContactsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>, reader: ReaderName): Promise<JsonText<{ data: Contact[]; meta: ListMeta }>> {
+  const list = parseListQuery(query, { sorts: CONTACT_SORTS, defaultSort: "created_at", defaultDirection: "desc", filters: CONTACT_FILTERS, options: ["include"] }, secrets);
   const filters = {
     email: emailFilter(query.email as string | undefined),
     fullName: (query.full_name as string | undefined)?.normalize("NFC"),
@@ -753,7 +756,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
     if (told === null && outsideSnapshot) return MOVED;
     const matches = told ?? (await countContacts(source, filters));
     const sortValueOf = (row: ContactVersion) => row[list.sortBy] as SortValue;
-    const meta = listMeta(list, matches, read, sortValueOf, query, CONTACT_FILTERS);
+    const meta = listMeta(list, matches, read, sortValueOf);
     if (include.length > 0) {
       const data = await renderContacts(source, rows as ContactRow[], include);
       if (data === MOVED) return MOVED;
@@ -761,7 +764,7 @@ export async function listContactsPage(db: Database, query: Record<string, unkno
       if (texts.length < data.length) {
         // A page by number that ended early would shift every later one: the next would skip the rest of this one.
         if (!list.cursor) throw validationProblem([{ parameter: "per_page", detail: includePageRefusal(texts.length) }]);
-        meta.next_cursor = cursorAfter(list, rows[texts.length - 1]!, sortValueOf, query, CONTACT_FILTERS);
+        meta.next_cursor = cursorAfter(list, rows[texts.length - 1]!, sortValueOf);
       }
       return `{"data":[${texts.join(",")}],"meta":${JSON.stringify(meta)}}` as JsonText<{ data: Contact[]; meta: ListMeta }>;
     }

@@ -1,7 +1,7 @@
-import { ConfigError, type Config } from "../config.ts";
+import { ConfigError, type Config, type Synchronous } from "../config.ts";
 import { BUILD } from "../version.ts";
 import type { SecretBox } from "../webhooks/secrets.ts";
-import { DatabaseReplaced, databasePath, isSqliteBusy, openDatabase, syncFailedCode, type SqliteDatabase } from "./database.ts";
+import { DatabaseReplaced, databasePath, isSqliteBusy, openDatabase, openDatabaseAlone, syncFailedCode, type SqliteDatabase } from "./database.ts";
 import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNewer, DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, schemaChangedUnder, type PostgresDatabase } from "./postgres.ts";
@@ -31,6 +31,26 @@ export async function migrateBackend(db: Backend, secrets: () => SecretBox, warn
   // The check above read in this turn's snapshot, which does not see the tables just created.
   db.refreshReads();
   return applied;
+}
+
+/**
+ * migrateAlone applies the migrations pending in the SQLite file at `path` (`pending`, as found on
+ * a connection since closed) on a connection that has the file to itself (openDatabaseAlone), and
+ * returns their names. While another process has the file open the change is refused: a serve
+ * still running there (the old version, during an upgrade) would have its schema changed under it.
+ */
+export async function migrateAlone(path: string, synchronous: Synchronous, pending: string[], secrets: () => SecretBox, warn: MigrationWarn): Promise<string[]> {
+  const alone = openDatabaseAlone(path, synchronous);
+  if (!alone) {
+    throw new ConfigError(
+      `the database ${path} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): stop it before the schema is changed (pending: ${pending.join(", ")})`,
+    );
+  }
+  try {
+    return await migrateBackend(alone, secrets, warn);
+  } finally {
+    await alone.close();
+  }
 }
 
 /** findAppliedMigrations returns the migrations a database records as applied, by version; null before the first migration (no schema_migrations). */

@@ -518,9 +518,10 @@ function endTurn(watch: Watch): void {
  * openConnection opens the SQLite file with the pragmas every connection needs. A file that cannot
  * be opened (another user's, not a database, read-only) is a ConfigError naming the file and the
  * setting, reported as one line; one another user owns says whose it is and the fix, not SQLite's
- * "unable to open database file".
+ * "unable to open database file". `alone`: in EXCLUSIVE locking mode (openDatabaseAlone), its
+ * busy error thrown as it is while another process has the file open.
  */
-function openConnection(path: string, synchronous: Synchronous, file?: FileId): StatementCachingDatabase {
+function openConnection(path: string, synchronous: Synchronous, file?: FileId, { alone = false }: { alone?: boolean } = {}): StatementCachingDatabase {
   let db: StatementCachingDatabase | undefined;
   try {
     if (file) {
@@ -531,6 +532,11 @@ function openConnection(path: string, synchronous: Synchronous, file?: FileId): 
       refuseAnotherFile(path, file);
     } else {
       db = new StatementCachingDatabase(path, { create: true, strict: true });
+    }
+    if (alone) {
+      // Before the first read, which takes the lock: refused at once while another process has the file open.
+      db.run("PRAGMA busy_timeout = 0");
+      db.run("PRAGMA locking_mode = EXCLUSIVE");
     }
     db.run("PRAGMA journal_mode = WAL");
     db.run(synchronous === "full" ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
@@ -546,7 +552,7 @@ function openConnection(path: string, synchronous: Synchronous, file?: FileId): 
     return db;
   } catch (error) {
     db?.close();
-    if (!(error instanceof SQLiteError)) throw error;
+    if (!(error instanceof SQLiteError) || (alone && isSqliteBusy(error))) throw error;
     // SQLite opens the WAL and shared-memory files too: a stale one of root's fails the open as well.
     const notOwned = [path, `${path}-wal`, `${path}-shm`].map((file) => notOwnedText(file, dirname(path))).find((text) => text !== null);
     throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${notOwned ?? error.message}`);
@@ -583,11 +589,11 @@ function createDatabaseFile(path: string): boolean {
  * survives power loss; group commit makes that one sync per batch of concurrent writes rather
  * than one per request. An in-memory database has one connection for both. Its files are made
  * 0600, except for a copy (`copying`: backup), which only reads and may read a file it cannot chmod,
- * or one on a file system that takes no writes (openImmutable).
+ * or one on a file system that takes no writes (openUnwritable).
  */
 export function openDatabase(path: string, synchronous: Synchronous = "full", { copying = false }: { copying?: boolean } = {}): SqliteDatabase {
-  if (copying && takesNoWrites(dirname(path)) && !existsSync(`${path}-wal`)) {
-    const file = openImmutable(path);
+  if (copying && takesNoWrites(dirname(path))) {
+    const file = openUnwritable(path);
     return new SqliteDatabase(file, file, path);
   }
   const owned = path !== ":memory:" && !copying;
@@ -622,16 +628,23 @@ function takesNoWrites(directory: string): boolean {
 }
 
 /**
- * openImmutable opens, to copy it, a database closed cleanly (no WAL beside it: all of it is in the
- * file) on a file system that takes no writes, where SQLite could create no WAL or shared memory
- * to open it otherwise: immutable, it reads the file as it is and takes no lock, which nothing
- * there can write anyway. A WAL left beside it (a serve killed, or the file system turned
- * read-only under it) holds commits the file lacks: SQLite then opens it read-only as usual.
+ * openUnwritable opens, to copy it, a database on a file system that takes no writes, where SQLite
+ * can create no WAL or shared memory to open it otherwise; nothing there can change the file. One
+ * closed cleanly (no WAL beside it: all of it is in the file) opens immutable: read as it is, with
+ * no lock. A WAL left beside it (a serve killed, or the file system turned read-only under it)
+ * holds commits the file lacks, which `immutable=1` would not copy: with no locks (the unix-none
+ * VFS) and in EXCLUSIVE locking mode SQLite reads it through an index in memory, without the
+ * shared-memory file, which may be missing too (it could not be opened without it).
  */
-function openImmutable(path: string): StatementCachingDatabase {
+function openUnwritable(path: string): StatementCachingDatabase {
+  const withWal = existsSync(`${path}-wal`);
+  let db: StatementCachingDatabase | undefined;
   try {
-    return new StatementCachingDatabase(`${pathToFileURL(path).href}?immutable=1`, sqliteFlags.SQLITE_OPEN_READONLY | sqliteFlags.SQLITE_OPEN_URI);
+    db = new StatementCachingDatabase(`${pathToFileURL(path).href}?${withWal ? "vfs=unix-none" : "immutable=1"}`, sqliteFlags.SQLITE_OPEN_READONLY | sqliteFlags.SQLITE_OPEN_URI);
+    if (withWal) db.run("PRAGMA locking_mode = EXCLUSIVE");
+    return db;
   } catch (error) {
+    db?.close();
     if (!(error instanceof SQLiteError)) throw error;
     throw new ConfigError(`cannot open the database ${path} (--data-dir, CRM_DATA_DIR): ${error.message}`);
   }
@@ -722,25 +735,32 @@ export function lockDataDirectory(dataDir: string): (() => void) | null {
 }
 
 /**
- * databaseOpenElsewhere tells whether another process has the SQLite file at `path` open, whether
- * or not it holds crm.lock (a serve from before 2026-11-27 takes none). In WAL mode every connection
- * holds a shared lock on the file from its first read until it closes, and a connection in
- * EXCLUSIVE locking mode takes an exclusive one at its first read, refused while any is held. This
- * process must have no connection of its own open on the file: SQLite counts its locks too.
+ * openDatabaseAlone opens the SQLite file at `path` on one connection that has it to itself, for a
+ * schema change, or null when another process has the file open, whether or not it holds crm.lock
+ * (a serve from before 2026-11-27 takes none). In WAL mode every connection holds a shared lock on
+ * the file from its first read until it closes, and a connection in EXCLUSIVE locking mode takes an
+ * exclusive one at its first read, refused while any is held, and keeps it until it closes: what
+ * runs on it runs with no other process in the file. A check on a connection of its own, closed
+ * before the work's connections opened, left an instant for a serve to open the file unseen.
+ * This process must have no connection of its own open on the file: SQLite counts its locks too.
  */
-export function databaseOpenElsewhere(path: string): boolean {
-  let probe: SqliteConnection | undefined;
+export function openDatabaseAlone(path: string, synchronous: Synchronous = "full"): SqliteDatabase | null {
+  let connection: StatementCachingDatabase;
   try {
-    probe = new SqliteConnection(path, { readwrite: true });
-    probe.run("PRAGMA busy_timeout = 0");
-    probe.run("PRAGMA locking_mode = EXCLUSIVE");
-    probe.query("SELECT count(*) FROM sqlite_master").get();
-    return false;
+    connection = openConnection(path, synchronous, undefined, { alone: true });
   } catch (error) {
-    if (isSqliteBusy(error)) return true;
+    if (isSqliteBusy(error)) return null;
     throw error;
-  } finally {
-    probe?.close();
+  }
+  const db = new SqliteDatabase(connection, connection, path);
+  try {
+    // Takes the exclusive lock now, should the PRAGMAs not have read the file.
+    connection.query("SELECT count(*) FROM sqlite_master").get();
+    return db;
+  } catch (error) {
+    connection.close();
+    if (isSqliteBusy(error)) return null;
+    throw error;
   }
 }
 

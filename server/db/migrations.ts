@@ -52,7 +52,8 @@ import accountDomainsWithoutTrailingDot from "../../migrations/0048_account_doma
 import subscriptionHold from "../../migrations/0049_subscription_hold.sql" with { type: "text" };
 import eventTokens from "../../migrations/0050_event_tokens.sql" with { type: "text" };
 import namesKeyedWithWhiteSpaceFolded from "../../migrations/0051_names_keyed_with_white_space_folded.sql" with { type: "text" };
-import deletedContactsByEmail from "../../migrations/0052_deleted_contacts_by_email.sql" with { type: "text" };
+import changeMakers from "../../migrations/0052_change_makers.sql" with { type: "text" };
+import deletedContactsByEmail from "../../migrations/0053_deleted_contacts_by_email.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -136,7 +137,8 @@ export const MIGRATIONS: Migration[] = [
       keyContactNames(db);
     },
   },
-  { version: 52, name: "0052_deleted_contacts_by_email.sql", sql: deletedContactsByEmail },
+  { version: 52, name: "0052_change_makers.sql", sql: changeMakers },
+  { version: 53, name: "0053_deleted_contacts_by_email.sql", sql: deletedContactsByEmail },
 ];
 
 function ensureMigrationsTable(db: Database): void {

@@ -1,3 +1,4 @@
+import type { Server } from "bun";
 import { isIP } from "node:net";
 
 /** normalizeAddress turns an IPv4-mapped IPv6 address (::ffff:127.0.0.1) into its IPv4 form. */
@@ -101,6 +102,15 @@ export function clientAddress(hints: ClientHints, trustedProxies: string[]): str
     if (!trusted.has(hop)) break;
   }
   return address;
+}
+
+/**
+ * addressOf names the client a per-client limit counts (the console's sign-in throttling, the
+ * answers held unread): the clientNetwork of the peer, or of the client behind a trusted proxy;
+ * "unknown" without either (under app.handle).
+ */
+export function addressOf(server: Server<unknown> | null, request: Request, trustedProxies: string[]): string {
+  return clientNetwork(clientAddress(clientHints(request, server?.requestIP(request)?.address ?? null), trustedProxies) ?? "unknown");
 }
 
 /** isTrustedProxy tells whether a TCP peer is one of the configured reverse proxies. */

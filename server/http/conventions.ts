@@ -58,7 +58,7 @@ const ROUTER_REFUSALS = new Set(["not-found", "method-not-allowed"]);
  * CAPACITY_REFUSALS are the problems of a request refused because a limit of the service is full:
  * what the operator must hear of (at warn, once a minute each), since they look like any other 503.
  */
-const CAPACITY_REFUSALS = new Set(["too-many-connections", "body-buffer-full", "slow-lists-busy", "manual-attempts-busy", "subscription-attempts-busy"]);
+const CAPACITY_REFUSALS = new Set(["too-many-connections", "body-buffer-full", "answer-buffer-full", "slow-lists-busy", "manual-attempts-busy", "subscription-attempts-busy"]);
 
 /**
  * consoleFailureOf returns the problem httpConventions made of a console request's failure that is

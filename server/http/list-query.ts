@@ -4,7 +4,7 @@ import { parseTimestamp, withOffsetPlus } from "../shared/time.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
-import { sha256 } from "../shared/crypto.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 
 export type SortDirection = "asc" | "desc";
 export type SortValue = string | number | null;
@@ -21,6 +21,14 @@ export interface ListQuery<S extends string> {
   sortBy: S;
   direction: SortDirection;
   cursor: CursorPosition | null;
+  /** what this list's next cursors are sealed with: the secrets key, and what they are bound to (cursorBinding) */
+  cursorSeal: CursorSeal;
+}
+
+/** CursorSeal is the key a list's cursors are sealed with and what they are bound to (cursorBinding). */
+interface CursorSeal {
+  secrets: SecretBox;
+  binding: string;
 }
 
 export interface ListMeta {
@@ -46,7 +54,7 @@ export function paginationQuerySchema<S extends string>(sorts: readonly S[] | nu
             sort_direction: t.Optional(t.String({ enum: ["asc", "desc"], pattern: oneOf(["asc", "desc"]), error: "must be asc or desc", description: "asc or desc." })),
           }
         : {}),
-      cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor; not combinable with page." })),
+      cursor: t.Optional(t.String({ maxLength: 2000, error: "must be a cursor returned in meta.next_cursor", description: "Opaque keyset cursor from meta.next_cursor (sealed: it shows nothing of the row it ends on); not combinable with page. One from before an upgrade or a secrets key rotation is 422: read the list again from its first page." })),
       ...filters,
     },
     { additionalProperties: true },
@@ -59,46 +67,44 @@ export function timestampFilterSchema(description: string) {
   return t.Optional(t.String({ maxLength: 64, ...documentAs({ type: "string", format: "date-time", maxLength: 64 }), description: `${description} RFC 3339, e.g. 2026-11-21T10:00:00Z; an offset's + may also be sent unencoded, which a query string decodes to a space.` }));
 }
 
+/** CURSOR_PURPOSE names the key, derived from the secrets key, that list cursors are sealed with. */
+const CURSOR_PURPOSE = "list cursor";
+
 /**
- * filterDigest stands for a list's filter values in a cursor: a cursor given with other filters is
- * refused, yet its size does not grow with theirs (100 tags of 100 characters would not fit the
- * cursor parameter's 2000 characters, nor beside the filters in a 4 KiB query string). A time
- * filter's offset digests alike with its "+" encoded or not (withOffsetPlus), as it filters alike;
- * a text filter's space stays a space: "...T10:00:00 05:30" is another name to search for than "...+05:30".
+ * cursorBinding is what a cursor is bound to (the additional data it is sealed with): its list's
+ * filter names, sort, direction and filter values. The cursor carries none of them, so its size
+ * does not grow with the filters (100 tags of 100 characters would not fit the cursor parameter's
+ * 2000 characters, nor beside the filters in a 4 KiB query string), and it holds nothing by which
+ * a guessed filter value could be confirmed. A time filter's offset binds alike with its "+"
+ * encoded or not (withOffsetPlus), as it filters alike; a text filter's space stays a space:
+ * "...T10:00:00 05:30" is another name to search for than "...+05:30".
  */
-function filterDigest(query: Record<string, unknown>, filterNames: readonly string[]): string {
-  const values = filterNames.map((f) => (TIME_FILTERS.includes(f as TimeFilter) ? withOffsetPlus(String(query[f] ?? "")) : String(query[f] ?? ""))).join("\u0000");
-  // A run of pages, and every first page without filters, digests the same values: kept from the last time.
-  if (lastDigested?.values !== values) lastDigested = { values, digest: Buffer.from(sha256(values)).toString("base64url") };
-  return lastDigested.digest;
-}
-let lastDigested: { values: string; digest: string } | null = null;
-
-function encodeCursor(sortBy: string, direction: SortDirection, filters: string, position: CursorPosition): string {
-  return Buffer.from(JSON.stringify([sortBy, direction, filters, position.value, position.id])).toString("base64url");
-}
-
-function isText(value: unknown): boolean {
-  return typeof value === "string" && !value.includes("\u0000");
+function cursorBinding(sortBy: string, direction: SortDirection, query: Record<string, unknown>, filterNames: readonly string[]): string {
+  const values = filterNames.map((f) => (TIME_FILTERS.includes(f as TimeFilter) ? withOffsetPlus(String(query[f] ?? "")) : String(query[f] ?? "")));
+  return [filterNames.join(","), sortBy, direction, ...values].join("\u0000");
 }
 
 /**
- * decodeCursor reads a cursor back, or null when it is not one of this list's. Sort fields named
- * *_at are timestamps kept as integer milliseconds; every other sort field (and the id) is text.
+ * sealCursor makes the cursor of a position: the last row's sort value (an email, a name) and id,
+ * sealed (AES-256-GCM, a key derived from the secrets key) and bound to the list, so that a
+ * cursor found in a proxy's log or a browser's history shows nothing and cannot be altered.
+ * Sealed alike each time (sealTextAlike): a page read twice answers the same bytes.
  */
-function decodeCursor(text: string, sortBy: string, direction: SortDirection, filters: string): CursorPosition | null {
-  try {
-    const parsed = JSON.parse(Buffer.from(text, "base64url").toString("utf8")) as unknown;
-    if (!Array.isArray(parsed) || parsed.length !== 5) return null;
-    const [s, d, f, value, id] = parsed as unknown[];
-    if (s !== sortBy || d !== direction || f !== filters || !isText(id)) return null;
-    // A value of the wrong type would reach the database as one (PostgreSQL refuses "abc" for a bigint).
-    const fits = sortBy.endsWith("_at") ? Number.isSafeInteger(value) : isText(value);
-    if (value !== null && !fits) return null;
-    return { value: value as SortValue, id: id as string };
-  } catch {
-    return null;
-  }
+function sealCursor(seal: CursorSeal, position: CursorPosition): string {
+  return seal.secrets.sealTextAlike(CURSOR_PURPOSE, seal.binding, JSON.stringify([position.value, position.id]));
+}
+
+/**
+ * openCursor reads a cursor back, or null when it does not open: altered, made for another list,
+ * sort or filters, or sealed with another key (one crm secrets-key rotate replaced, or none: a
+ * cursor of a crm from before they were sealed). One that opens was sealed by sealCursor for
+ * this very binding, so its sort value has the sort's type.
+ */
+function openCursor(text: string, seal: CursorSeal): CursorPosition | null {
+  const opened = seal.secrets.openText(CURSOR_PURPOSE, seal.binding, text);
+  if (opened === null) return null;
+  const [value, id] = JSON.parse(opened) as [SortValue, string];
+  return { value, id };
 }
 
 export interface ListQueryOptions<S extends string> {
@@ -182,9 +188,10 @@ export function repeatedParameterErrors(url: string): FieldError[] {
 
 /**
  * parseListQuery turns validated query strings into a ListQuery, refusing unknown parameters,
- * a cursor combined with page, and a cursor that belongs to another sort or filter (422).
+ * a cursor combined with page, and a cursor that does not open for this list, sort and filters
+ * with `secrets` (422): it was altered, or made before an upgrade or a key rotation.
  */
-export function parseListQuery<S extends string>(query: Record<string, unknown>, options: ListQueryOptions<S>): ListQuery<S> {
+export function parseListQuery<S extends string>(query: Record<string, unknown>, options: ListQueryOptions<S>, secrets: SecretBox): ListQuery<S> {
   const sortParameters = options.fixedOrder ? [] : ["sort_by", "sort_direction"];
   const errors = unknownParameterErrors(query, ["page", "per_page", ...sortParameters, "cursor", ...options.filters, ...(options.options ?? [])], "this list");
   const chosen = options.fixedOrder ? {} : query;
@@ -192,11 +199,12 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
   const direction = (chosen.sort_direction as SortDirection | undefined) ?? options.defaultDirection;
   // sort_by becomes an SQL column name: never trust that the schema alone kept it to the list.
   if (!options.sorts.includes(sortBy)) errors.push({ parameter: "sort_by", detail: `must be one of: ${options.sorts.join(", ")}` });
+  const cursorSeal = { secrets, binding: cursorBinding(sortBy, direction, query, options.filters) };
   let cursor: CursorPosition | null = null;
   if (typeof query.cursor === "string") {
     if (query.page !== undefined) errors.push({ parameter: "cursor", detail: "cannot be combined with page" });
-    cursor = decodeCursor(query.cursor, sortBy, direction, filterDigest(query, options.filters));
-    if (!cursor) errors.push({ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" });
+    cursor = openCursor(query.cursor, cursorSeal);
+    if (!cursor) errors.push({ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters), or is one from before the service was upgraded or its key replaced: read the list again from its first page" });
   }
   if (errors.length > 0) throw validationProblem(errors);
   return {
@@ -205,6 +213,7 @@ export function parseListQuery<S extends string>(query: Record<string, unknown>,
     sortBy,
     direction,
     cursor,
+    cursorSeal,
   };
 }
 
@@ -263,14 +272,7 @@ export function pageRows<R>(list: ListQuery<string>, rows: R[]): R[] {
 }
 
 /** listMeta builds the pagination metadata for the rows pageWindow read (the extra row included). */
-export function listMeta<S extends string>(
-  list: ListQuery<S>,
-  total: number,
-  read: { id: string }[],
-  sortValueOf: (row: never) => SortValue,
-  filters: Record<string, unknown>,
-  filterNames: readonly string[],
-): ListMeta {
+export function listMeta<S extends string>(list: ListQuery<S>, total: number, read: { id: string }[], sortValueOf: (row: never) => SortValue): ListMeta {
   // Found in place, not by cutting the page off `read` again: the caller cuts it for its data.
   const last = read[Math.min(read.length, list.perPage) - 1];
   const hasMore = read.length > list.perPage;
@@ -279,13 +281,13 @@ export function listMeta<S extends string>(
     last_page: Math.max(1, Math.ceil(total / list.perPage)),
     per_page: list.perPage,
     total,
-    next_cursor: last && hasMore ? cursorAfter(list, last, sortValueOf, filters, filterNames) : null,
+    next_cursor: last && hasMore ? cursorAfter(list, last, sortValueOf) : null,
   };
 }
 
 /** cursorAfter is the cursor of the page that follows `row` in a list: listMeta's next_cursor, or that of a page ending before per_page. */
-export function cursorAfter<S extends string>(list: ListQuery<S>, row: { id: string }, sortValueOf: (row: never) => SortValue, filters: Record<string, unknown>, filterNames: readonly string[]): string {
-  return encodeCursor(list.sortBy, list.direction, filterDigest(filters, filterNames), { value: sortValueOf(row as never), id: row.id });
+export function cursorAfter<S extends string>(list: ListQuery<S>, row: { id: string }, sortValueOf: (row: never) => SortValue): string {
+  return sealCursor(list.cursorSeal, { value: sortValueOf(row as never), id: row.id });
 }
 
 /** ListMetaSchema documents the pagination metadata. */

@@ -27,6 +27,9 @@ export const DOCUMENT_REFUSED = "documentRefused";
 /** documentRefused states the properties a body may not carry (see DOCUMENT_REFUSED). */
 export const documentRefused = (names: readonly string[]) => ({ [DOCUMENT_REFUSED]: names });
 
+/** openBranches are the document's schemas of an open enumeration: its values, or any string. */
+const openBranches = (values: readonly string[]) => [{ type: "string", enum: [...values] }, { type: "string", description: "A value added after this document was generated: handle it as unknown." }];
+
 /**
  * documentOpen states an enumeration of an answer (a problem type, a status) as open in the
  * document: anyOf [its values, any string], so a client generated from today's document keeps a
@@ -34,11 +37,17 @@ export const documentRefused = (names: readonly string[]) => ({ [DOCUMENT_REFUSE
  * listed for the types; the route's own schema, which checks the answer, is left as it is. A
  * request's enumerations stay closed: the service refuses a value it does not know.
  */
-export const documentOpen = (values: readonly string[]) =>
-  documentAs({ anyOf: [{ type: "string", enum: [...values] }, { type: "string", description: "A value added after this document was generated: handle it as unknown." }] });
+export const documentOpen = (values: readonly string[]) => documentAs({ anyOf: openBranches(values) });
 
 /** openEnum is a string of an answer whose listed values may grow, documented open (see documentOpen). */
 export const openEnum = (values: readonly string[], options: { description?: string } = {}) => t.String({ ...options, ...documentOpen(values) });
+
+/**
+ * nullableOpenEnum is openEnum or null, documented as a whole: the generator folds "X or null"
+ * into X's own schema, whose documentOpen replacement would then leave the null out.
+ */
+export const nullableOpenEnum = (values: readonly string[], options: { description?: string } = {}) =>
+  t.Union([t.String(), t.Null()], { ...options, ...documentAs({ anyOf: [...openBranches(values), { type: "null" }] }) });
 
 /** IdempotencyKeyHeader documents the optional Idempotency-Key request header of every POST. */
 export const IdempotencyKeyHeader = t.Object(

@@ -1,7 +1,7 @@
 import type { Metrics } from "../ops/metrics.ts";
 import { newId } from "../shared/ids.ts";
 import type { Logger } from "../shared/log.ts";
-import type { ChangeOrigin } from "../shared/made-by.ts";
+import type { ChangeMaker, ChangeOrigin } from "../shared/made-by.ts";
 import { requestSlot } from "./request-slot.ts";
 
 interface RequestInfo {
@@ -9,6 +9,8 @@ interface RequestInfo {
   started: number;
   /** the id of the API token the request authenticated with (noteToken), a 429's too; none: a console request, or one refused before or at authentication */
   tokenId?: string;
+  /** the operator whose console session sent the request (noteOperator), for the changes it makes */
+  operator?: { id: string; email: string };
   /** the type (slug) of the problem the request is answered with, if it is one (noteProblem) */
   problem?: string;
   /** whose rate budget refused the request, if one did (noteRateLimited) */
@@ -89,10 +91,22 @@ export function noteToken(request: Request, tokenId: string): void {
   if (info) info.tokenId = tokenId;
 }
 
-/** originOf returns what made a change on a request's behalf: its id and its API token's (null: a console request). */
+/** noteOperator records the operator whose console session sent a request, the maker of the changes it makes (originOf). */
+export function noteOperator(request: Request, operator: { id: string; email: string }): void {
+  const info = requestInfo.get(request);
+  if (info) info.operator = { id: operator.id, email: operator.email };
+}
+
+/** originOf returns what made a change on a request's behalf: its id and its maker, the API token it authenticated with or the console session's operator. */
 export function originOf(request: Request): ChangeOrigin {
   const info = requestInfo.get(request);
-  return { requestId: info?.id ?? "unknown", tokenId: info?.tokenId ?? null };
+  const madeBy = info?.tokenId !== undefined ? { kind: "api_token" as const, id: info.tokenId } : info?.operator ? { kind: "operator" as const, ...info.operator } : null;
+  return { requestId: info?.id ?? "unknown", madeBy };
+}
+
+/** makerOf returns who made a change on a request's behalf (originOf's maker), for a change that keeps its maker but not its request: a subscription's pause, enable, rotation. */
+export function makerOf(request: Request): ChangeMaker | null {
+  return originOf(request).madeBy;
 }
 
 /** noteProblem records the type (slug) of the problem a request is answered with, for its log line and the route it is counted under. */
@@ -117,7 +131,7 @@ export function requestFinisher(log: Logger, metrics?: Metrics) {
   return (request: Request, status: number, route: string): void => {
     const info = requestInfo.get(request);
     const elapsedMs = info ? performance.now() - info.started : undefined;
-    if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000);
+    if (elapsedMs !== undefined) metrics?.observeRequest(request.method, route, status, elapsedMs / 1000, info?.rateLimited?.bucket);
     const path = pathOf(request);
     // A probe that succeeds is routine; a failing one (not ready, a refused scrape) is news.
     // At info the probes' lines would bury every other line.

@@ -4,6 +4,7 @@ import { ValueErrorType } from "@sinclair/typebox/errors";
 import { Hash } from "@sinclair/typebox/value";
 import { LENGTH_COUNTING } from "../limits/limits.ts";
 import { validationProblem, type FieldError, type ProblemError } from "../shared/problem.ts";
+import { codePoints } from "../shared/text.ts";
 
 /** SchemaIssue is one TypeBox value error, as Elysia's ValidationError and TypeBox's checkers report it. */
 export interface SchemaIssue {
@@ -62,7 +63,7 @@ function longOnlyInCodeUnits(issue: SchemaIssue): boolean {
   const value = issue.value;
   if (typeof value !== "string") return false;
   const schemas = [issue.schema, ...((issue.schema?.anyOf as SchemaIssue["schema"][] | undefined) ?? [])];
-  return schemas.some((schema) => typeof schema?.maxLength === "number" && value.length > schema.maxLength && [...value].length <= schema.maxLength);
+  return schemas.some((schema) => typeof schema?.maxLength === "number" && value.length > schema.maxLength && codePoints(value) <= schema.maxLength);
 }
 
 /**

@@ -15,17 +15,22 @@ import { CsvError, csvRecords, separatorOf, type Separator } from "./csv.ts";
 export interface SourceRow {
   row: number;
   values: Record<string, unknown>;
-  /** the JSON Lines object as written (values flattens its nested objects) */
+  /** the JSON Lines object as written, less the importer's own members (values flattens its nested objects) */
   original?: Record<string, unknown>;
   /** the CSV record as written, by position: values cannot tell apart columns with blank names */
   fields?: string[];
   /**
    * why the row is refused whatever it holds: a JSON Lines line the API would refuse in any body (an
-   * integer past 2^53, a NUL, a duplicate key ...), with the line as written, or a CSV record with
-   * fewer fields than the header
+   * integer past 2^53, a NUL, a duplicate key ...), with the line as written less the importer's own
+   * members (IMPORTER_COLUMNS), or a CSV record with fewer fields than the header
    */
   refused?: { line?: string; errors: FieldError[] };
+  /** a JSON Lines line's first import_row as written, from the invalid-rows file it comes from */
+  importRow?: string;
 }
+
+/** IMPORTER_COLUMNS are the columns the importer adds to an invalid-rows file; that file imported again, they are its own, not the rows'. */
+export const IMPORTER_COLUMNS = ["import_row", "import_errors"];
 
 /**
  * SourceFile is a checked input file: its columns in order, how many rows it has, and its rows,
@@ -283,6 +288,67 @@ function flattened(value: Record<string, unknown>): Record<string, unknown> {
   return values;
 }
 
+/** Member is a member of a JSON object's text: its key, and where it starts, its value starts and it ends. */
+interface Member {
+  key: string;
+  start: number;
+  valueStart: number;
+  end: number;
+}
+
+/** topMembers finds the members of the text of a JSON object (valid JSON: JSON.parse took it), nested ones skipped. */
+function topMembers(text: string): Member[] {
+  const members: Member[] = [];
+  let i = text.indexOf("{") + 1;
+  const space = () => {
+    while (" \t\r\n".includes(text[i]!)) i++;
+  };
+  const string = () => {
+    for (i++; text[i] !== '"'; i += text[i] === "\\" ? 2 : 1);
+    i++;
+  };
+  for (;;) {
+    space();
+    if (text[i] === "}") return members;
+    const start = i;
+    string();
+    const key = JSON.parse(text.slice(start, i)) as string;
+    space();
+    i++;
+    space();
+    const valueStart = i;
+    for (let depth = 0; depth > 0 || (text[i] !== "," && text[i] !== "}"); ) {
+      if (text[i] === '"') {
+        string();
+        continue;
+      }
+      if (text[i] === "{" || text[i] === "[") depth++;
+      else if (text[i] === "}" || text[i] === "]") depth--;
+      i++;
+    }
+    let end = i;
+    while (" \t\r\n".includes(text[end - 1]!)) end--;
+    members.push({ key, start, valueStart, end });
+    if (text[i] === ",") i++;
+  }
+}
+
+/**
+ * withoutImporterMembers is a JSON Lines line as written less its import_row and import_errors
+ * members (IMPORTER_COLUMNS), with the first import_row's value as written. An invalid-rows file
+ * imported again must be judged on its rows alone: a line that an older crm gave those members
+ * twice was refused for the duplicate key, and a refused line was written with them added again.
+ */
+function withoutImporterMembers(line: string): { line: string; importRow?: string } {
+  const members = topMembers(line);
+  const kept = members.filter((member) => !IMPORTER_COLUMNS.includes(member.key));
+  if (kept.length === members.length) return { line };
+  const first = members.find((member) => member.key === "import_row");
+  // Each kept member keeps the separator that followed it, so the rest stays as written.
+  const text = kept.map((member, k) => line.slice(member.start, k < kept.length - 1 ? members[members.indexOf(member) + 1]!.start : member.end)).join("");
+  return { line: `${line.slice(0, members[0]!.start)}${text}${line.slice(members.at(-1)!.end)}`, ...(first ? { importRow: line.slice(first.valueStart, first.end) } : {}) };
+}
+
 function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
   const columns = new Set<string>();
   let rowCount = 0;
@@ -294,17 +360,18 @@ function readJsonLines(path: string, read: () => Iterable<string>): SourceFile {
   function* rows(): Generator<SourceRow> {
     let row = 0;
     for (const { line, number } of jsonLines(path, read())) {
-      const original = jsonObject(path, line, number);
+      const own = withoutImporterMembers(line);
+      const original = jsonObject(path, own.line, number);
       let refused: SourceRow["refused"];
       try {
         // JSON.parse rounds an id past 2^53 (two people become one) and keeps the last of two equal
         // keys; the API refuses those and a NUL in any body, so the row is refused, not the batch.
-        parseSafeJson(line);
+        parseSafeJson(own.line);
       } catch (error) {
         if (!(error instanceof ProblemError)) throw error;
-        refused = { line, errors: error.errors ?? [{ pointer: "", detail: error.message }] };
+        refused = { line: own.line, errors: error.errors ?? [{ pointer: "", detail: error.message }] };
       }
-      yield { row: ++row, values: flattened(original), original, ...(refused ? { refused } : {}) };
+      yield { row: ++row, values: flattened(original), original, ...(refused ? { refused } : {}), ...(own.importRow !== undefined ? { importRow: own.importRow } : {}) };
     }
   }
   return { format: "jsonl", skipped: 0, columns: [...columns], rowCount, rows };

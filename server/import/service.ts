@@ -13,7 +13,7 @@ import { ProblemError, type FieldError } from "../shared/problem.ts";
 import { BatchClient, ImportError } from "./client.ts";
 import { csvLine, SEPARATORS } from "./csv.ts";
 import { Progress, type ProgressSink } from "./progress.ts";
-import { accountKey, columnMap, columnOf, FileChanged, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
+import { accountKey, columnMap, columnOf, FileChanged, IMPORTER_COLUMNS, readSourceFile, sameInodeSizeAndTime, textPieces, toImportRow, type ColumnMap, type CsvStyle, type ImportRow, type SourceFile } from "./rows.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 export interface ImportOptions {
@@ -104,13 +104,18 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   // and the rows a batch carries; a trial has its own. Whatever changes a batch's body must change
   // its key: the server refuses a key already used with another body (another --map) for 24 h.
   const keyMaterial = JSON.stringify(["contacts", basename(options.file), statSync(options.file).size, [...map]]);
-  const keyPrefix = `crm-import-${Buffer.from(sha256(keyMaterial)).toString("hex").slice(0, 24)}${options.trial ? "-trial" : ""}`;
+  const keyPrefix = `crm-import-${shortHash(keyMaterial)}${options.trial ? "-trial" : ""}`;
 
   let accountsNote: string | undefined;
   let done = 0;
   let replayed = 0;
   try {
     const accounts = await resolveAccounts(client, rows(), keyPrefix, map);
+    const sending: Sending = { client, accounts, keyPrefix, map, note: (line) => progress.note(line) };
+    const record = (entry: PreparedRow, result?: BatchResult) => {
+      if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+      else count(summary, result!, entry.row, map, invalid);
+    };
     const refusedAccounts = [...accounts.values()].filter((outcome) => "errors" in outcome).length;
     accountsNote = `accounts: ${accounts.size - refusedAccounts} created or found${refusedAccounts ? `, ${refusedAccounts} invalid (their rows are too)` : ""}`;
     if (accounts.size > 0) progress.note(accountsNote);
@@ -125,20 +130,14 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
       n++;
       const sendable = chunk.filter((entry) => "item" in entry);
       for (const entry of chunk) {
-        if ("errors" in entry) invalid.push({ row: entry.row.row, errors: entry.errors });
+        if ("errors" in entry) record(entry);
         readAsNone.count(entry.row);
       }
       if (sendable.length > 0) {
         const range = `rows-${chunk[0]!.row.row}-${chunk.at(-1)!.row.row}`;
         const first = sendable[0]!;
         const key = n === 0 ? `${trialKeyPrefix}-${range}${first.accountId ? `-${first.accountId}` : ""}` : `${keyPrefix}-${range}`;
-        // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
-        // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
-        // A row's company is one of the contact's accounts: the others (linked elsewhere, or by an
-        // earlier row of the same person) stay, added to in the batch's own write, not read and resent.
-        const answer = await client.upsert("/public/v1/contacts/batch", sendable.map((entry) => entry.item), key, { merge_custom_fields: true, add_account_ids: true });
-        answer.results.forEach((result, i) => count(summary, result, sendable[i]!.row, map, invalid));
-        if (answer.replayed) replayed += sendable.length;
+        replayed += await sendRows(sending, sendable, key, record);
       }
       done += chunk.length;
       progress.update(done);
@@ -159,10 +158,13 @@ export async function importContacts(options: ImportOptions): Promise<ImportSumm
   return finish(invalidFile, source, invalid, { ...summary, invalid: invalid.length });
 }
 
-/** READ_AS_NONE_NAMED is how many cells of a column read as no value the import's note names, by row. */
-const READ_AS_NONE_NAMED = 10;
+/** NAMED_IN_A_NOTE is how many values a note on stderr names, before saying how many more. */
+const NAMED_IN_A_NOTE = 10;
 
-/** Cells is a column's cells read as no value: how many, and the first READ_AS_NONE_NAMED by row. */
+/** someNamed lists the values a note names, out of `count`: `row 3 "...", row 7 "acme .com", and 4 more`. */
+const someNamed = (named: string[], count: number) => `${named.join(", ")}${count > named.length ? `, and ${count - named.length} more` : ""}`;
+
+/** Cells is a column's cells read as no value: how many, and the first NAMED_IN_A_NOTE by row. */
 interface Cells {
   count: number;
   named: { row: number; value: string }[];
@@ -195,15 +197,14 @@ class ReadAsNone {
   private static add(cells: Cells, row: number, value: string | undefined): void {
     if (value === undefined) return;
     cells.count++;
-    if (cells.named.length < READ_AS_NONE_NAMED) cells.named.push({ row, value });
+    if (cells.named.length < NAMED_IN_A_NOTE) cells.named.push({ row, value });
   }
 
   private static note(column: string, cells: Cells, are: string, readAs: string): string[] {
     if (cells.count === 0) return [];
-    const named = cells.named.map(({ row, value }) => `row ${row} ${printable(JSON.stringify(cutTo(value, 60)))}`).join(", ");
-    const more = cells.count > cells.named.length ? `, and ${cells.count - cells.named.length} more` : "";
+    const named = cells.named.map(({ row, value }) => `row ${row} ${printable(JSON.stringify(cutTo(value, 60)))}`);
     const values = cells.count === 1 ? `1 value is ${are}, read` : `${cells.count} values are ${are}, each read`;
-    return [`${printable(column)}: ${values} as ${readAs}: ${named}${more}`];
+    return [`${printable(column)}: ${values} as ${readAs}: ${someNamed(named, cells.count)}`];
   }
 }
 
@@ -231,7 +232,8 @@ function localErrors(row: ImportRow, map: ColumnMap): string[] {
   ];
 }
 
-type PreparedRow = { row: ImportRow; item: unknown; accountId: string | null } | { row: ImportRow; errors: string[] };
+type SendableRow = { row: ImportRow; item: unknown; accountId: string | null };
+type PreparedRow = SendableRow | { row: ImportRow; errors: string[] };
 
 /**
  * preparedRows gives each row the id of its account, or makes it invalid: refused locally
@@ -289,6 +291,68 @@ function bodyRefusal(item: unknown): FieldError[] {
   }
 }
 
+/** Sending is what sending rows needs besides the rows: the client, the accounts resolved so far (sendRows remakes those gone), the key prefix, the map, and where notes go. */
+interface Sending {
+  client: BatchClient;
+  accounts: Map<string, AccountOutcome>;
+  keyPrefix: string;
+  map: ColumnMap;
+  note: (line: string) => void;
+}
+
+/** MAX_REMAKES is how many times a batch's rows are sent again after their accounts were made again: each time would need the new ones deleted meanwhile. */
+const MAX_REMAKES = 3;
+
+/**
+ * sendRows upserts rows as one contacts batch under `key`, hands each row with its result to
+ * `record`, and answers how many were answered from an earlier run. A row refused only because its
+ * account no longer exists (deleted since this import or an earlier run of it found or made it: the
+ * accounts batch replays that run's ids) is not refused for it: the account is made or found again
+ * (remakeAccounts) and such rows are sent again naming it, under a key that names the new ids, as
+ * the first row's key names its account's.
+ */
+async function sendRows(sending: Sending, rows: SendableRow[], key: string, record: (entry: PreparedRow, result?: BatchResult) => void, remakes = 0): Promise<number> {
+  // Each custom_fields.KEY column is a field of its own: an empty cell, or a key the file has no
+  // column for, must keep what the contact holds, where custom_fields alone would replace it whole.
+  // A row's company is one of the contact's accounts: the others (linked elsewhere, or by an
+  // earlier row of the same person) stay, added to in the batch's own write, not read and resent.
+  const answer = await sending.client.upsert("/public/v1/contacts/batch", rows.map((entry) => entry.item), key, { merge_custom_fields: true, add_account_ids: true });
+  const gone = remakes < MAX_REMAKES ? rows.filter((_, i) => accountGone(answer.results[i]!)) : [];
+  rows.forEach((entry, i) => {
+    if (!gone.includes(entry)) record(entry, answer.results[i]);
+  });
+  const replayed = answer.replayed ? rows.length - gone.length : 0;
+  if (gone.length === 0) return replayed;
+  await remakeAccounts(sending, gone);
+  const again: SendableRow[] = [];
+  for (const entry of preparedRows(gone.map((entry) => entry.row), sending.accounts, sending.map)) {
+    if ("errors" in entry) record(entry);
+    else again.push(entry);
+  }
+  if (again.length === 0) return replayed;
+  // Named by what it sends, the new ids among it: the same key is always the same body.
+  return replayed + (await sendRows(sending, again, `${key}-again-${shortHash(JSON.stringify(again.map((entry) => entry.item)))}`, record, remakes + 1));
+}
+
+/** accountGone tells a contact refused only for its account's id, which no account has: the import's only id names the row's account. */
+const accountGone = (result: BatchResult) => result.status === "invalid" && (result.errors ?? []).length > 0 && result.errors!.every((e) => /^\/items\/\d+\/account_ids\/0$/.test(e.pointer ?? ""));
+
+/**
+ * remakeAccounts upserts again the accounts of rows refused for their account's id, which no
+ * account has any more, and keeps what they are now (made again, found again by domain or name, or
+ * refused) for them and the rows after. Its key names the accounts and the ids gone: a run after
+ * replays it, and the new ones gone too would be made again under another.
+ */
+async function remakeAccounts(sending: Sending, gone: SendableRow[]): Promise<void> {
+  const missing = new Map(gone.map(({ row, accountId }) => [accountKey(row.account!), { account: row.account!, accountId }]));
+  const accounts = [...missing.values()].map(({ account }) => account);
+  const { results } = await sending.client.upsert("/public/v1/accounts/batch", accounts, `${sending.keyPrefix}-accounts-again-${shortHash(JSON.stringify([...missing.values()]))}`);
+  [...missing.keys()].forEach((key, i) => sending.accounts.set(key, accountOutcome(results[i]!, sending.map)));
+  const names = accounts.slice(0, NAMED_IN_A_NOTE).map((account) => printable(JSON.stringify(cutTo(account.name, 60))));
+  const them = missing.size === 1 ? "1 no longer exists (deleted since this import or an earlier run of it found or made it), made or found again for the rows naming it" : `${missing.size} no longer exist (deleted since this import or an earlier run of it found or made them), made or found again for the rows naming them`;
+  sending.note(`accounts: ${them}: ${someNamed(names, missing.size)}`);
+}
+
 function count(summary: ImportSummary, result: BatchResult, row: ImportRow, map: ColumnMap, invalid: InvalidRow[]): void {
   if (result.status === "invalid") invalid.push({ row: row.row, errors: errorLines(map, withinItem(result.errors)) });
   else summary[result.status]++;
@@ -329,12 +393,16 @@ async function resolveAccounts(client: BatchClient, rows: Iterable<ImportRow>, k
   for (const chunk of batchesOf(distinct, ([, account]) => JSON.stringify(account))) {
     const { results } = await client.upsert("/public/v1/accounts/batch", chunk.map(([, account]) => account), `${keyPrefix}-accounts-${start + 1}-${start + chunk.length}`);
     start += chunk.length;
-    results.forEach((result, i) => {
-      outcomes.set(chunk[i]![0], result.id ? { id: result.id } : { errors: errorLines(map, withinItem(result.errors), "/account") });
-    });
+    results.forEach((result, i) => outcomes.set(chunk[i]![0], accountOutcome(result, map)));
   }
   return outcomes;
 }
+
+/** accountOutcome is an account item's result as its rows take it: the account's id, or its errors by column. */
+const accountOutcome = (result: BatchResult, map: ColumnMap): AccountOutcome => (result.id ? { id: result.id } : { errors: errorLines(map, withinItem(result.errors), "/account") });
+
+/** shortHash is 24 hex digits of the SHA-256 of a text, for an Idempotency-Key. */
+const shortHash = (text: string) => Buffer.from(sha256(text)).toString("hex").slice(0, 24);
 
 /**
  * checkedInvalidFile is where the invalid rows will go (--invalid-file, else FILE.invalid.csv or
@@ -367,18 +435,18 @@ async function finish(path: string, source: SourceFile, invalid: InvalidRow[], s
   if (invalid.length === 0) return summary;
   const errorsOf = new Map(invalid.map(({ row, errors }) => [row, errors]));
   // An invalid-rows file imported again has the two columns already: added twice, its own invalid rows could not be imported.
-  const header = [...source.columns, ...["import_row", "import_errors"].filter((column) => !source.columns.includes(column))];
+  const header = [...source.columns, ...IMPORTER_COLUMNS.filter((column) => !source.columns.includes(column))];
   const style: CsvStyle = source.style ?? { bom: false, separator: ",", lineBreak: "\n" };
   const lines = source.format === "csv" ? [csvLine(header, style.separator)] : [];
   const unwritten = (why: string) => ({ ...summary, invalidFileError: `cannot write the invalid rows to ${path}: ${why}` });
   try {
-    for (const { row, fields, original, refused } of source.rows()) {
+    for (const { row, fields, original, refused, importRow } of source.rows()) {
       const errors = errorsOf.get(row);
       if (!errors) continue;
       if (source.format === "csv") lines.push(csvLine(invalidCells(header, fields ?? [], row, errors), style.separator));
-      // A refused line is kept as written (JSON.parse would have rounded its large integers).
-      else if (refused?.line !== undefined) lines.push(appendedTo(refused.line, `"import_row":${row},"import_errors":${JSON.stringify(errors)}`));
-      else lines.push(JSON.stringify({ ...original, import_row: original?.import_row ?? row, import_errors: errors }));
+      // A refused line is kept as written (JSON.parse would have rounded its large integers). Either
+      // comes without the import_row and import_errors of an invalid-rows file: each is written once.
+      else lines.push(appendedTo(refused?.line ?? JSON.stringify(original), `"import_row":${importRow ?? row},"import_errors":${JSON.stringify(errors)}`));
     }
   } catch (error) {
     // Changed once its rows were sent, the file no longer holds the rows that were refused; the rest is imported all the same.

@@ -89,6 +89,12 @@ export const MAX_ADDRESSES_PER_ATTEMPT = 4;
 export const MAX_ATTEMPTS_SHOWN = 50;
 /** MAX_RECOVERY_DAYS is how far back a recovery window may start. */
 export const MAX_RECOVERY_DAYS = 14;
+/**
+ * RECOVERY_GRACE_MS is how much further back than MAX_RECOVERY_DAYS a recovery window's start is
+ * still taken: a window counted at the edge (the console's preview, a client's "14 days ago") is
+ * confirmed a moment later, which refused it once the edge had moved on.
+ */
+export const RECOVERY_GRACE_MS = 60_000;
 /** RETRY_AFTER_CAP_MS caps how far a receiver's Retry-After can push the next attempt of its delivery, and hold its subscription (1 hour). */
 export const RETRY_AFTER_CAP_MS = 60 * 60 * 1000;
 /** MIN_OPERATOR_PASSWORD_LENGTH and MAX_OPERATOR_PASSWORD_LENGTH bound a console operator's password (argon2 hashes any length; the bound keeps a sign-in from buying much CPU). */
@@ -163,7 +169,7 @@ export const LIMIT_TABLE: LimitRow[] = [
   { limit: "webhook subscription `max_rate`", value: `${MIN_MAX_RATE} to ${MAX_MAX_RATE} requests per second`, answer: "422" },
   { limit: "webhook subscriptions, all tokens together (subscriptions are not owned by a token)", value: `${MAX_SUBSCRIPTIONS}`, answer: "422" },
   { limit: "webhook secret rotation `grace_hours`", value: `0 to ${MAX_SECRET_GRACE_HOURS} (default ${DEFAULT_SECRET_GRACE_HOURS})`, answer: "422" },
-  { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days`, answer: "422" },
+  { limit: "webhook recovery window: how far back `since` may be", value: `${MAX_RECOVERY_DAYS} days, and ${RECOVERY_GRACE_MS / 1000} s of grace`, answer: "422" },
   { limit: "addresses of a webhook target's name one attempt connects to", value: `${MAX_ADDRESSES_PER_ATTEMPT}`, answer: "the rest are not tried; the attempt's `error` counts them" },
   { limit: "attempts a delivery's detail shows (`attempt_history`)", value: `the newest ${MAX_ATTEMPTS_SHOWN}`, answer: "the earlier ones are left out: `attempts` minus the attempts shown" },
   { limit: "console operator password", value: `${MIN_OPERATOR_PASSWORD_LENGTH} to ${MAX_OPERATOR_PASSWORD_LENGTH} characters`, answer: "422 (console form, CLI error)" },

@@ -3,6 +3,9 @@ import { ProblemError } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
 import { isConsolePath } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
+import { addressOf } from "../http/client-address.ts";
+import { JSON_CONTENT_TYPE } from "../http/json-text.ts";
+import { ANSWER_PIECE_BYTES, budgetedBody } from "./answer-budget.ts";
 import { BodyBudget } from "./body-budget.ts";
 import { MAX_BODY_BYTES, MAX_FORM_BYTES, MAX_HEADER_BYTES, MAX_HEADER_FIELDS, MAX_QUERY_BYTES } from "./limits.ts";
 
@@ -97,12 +100,21 @@ function malformedEscape(): ProblemError {
   return new ProblemError(400, "invalid-request-target", "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).");
 }
 
+/** isJsonValue tells whether a route's answer is an object or array Elysia would send as JSON (Response.json), not a Response, file, stream or status wrapper. */
+function isJsonValue(value: object): boolean {
+  return value.constructor === Object || Array.isArray(value);
+}
+
+/** sentAsText hands Elysia an answer already serialised, which it sends as it sends a route's text (mapResponse's type allows a Response alone). */
+const sentAsText = (text: string) => text as unknown as Response;
+
 /**
  * limitsGuard enforces, before routing and before any body is read: the connection cap and each
  * client address's share of it (503, connections.ts), the query string and header size limits
  * (414, 431), a valid Host and a target without %00 or broken escapes (400), and the budget of
- * body bytes held in memory (503, body-budget.ts). Rate limits come after authentication
- * (auth/routes.ts), which knows whose budget a request spends.
+ * body bytes held in memory (503, body-budget.ts); and once a route has answered, the budget of
+ * answer bytes held until the client reads them (503, 429, answer-budget.ts). Rate limits come
+ * after authentication (auth/routes.ts), which knows whose budget a request spends.
  */
 export function limitsGuard(rt: Runtime) {
   const { config, connections } = rt;
@@ -119,6 +131,25 @@ export function limitsGuard(rt: Runtime) {
       // Taken before authentication: a request refused there is answered at once and gives it back.
       // The console's forms, its open sign-in form among them, hold no more than their own limit.
       bodies.admit(request, isConsolePath(path) ? MAX_FORM_BYTES : MAX_BODY_BYTES);
+    })
+    // A route's answer as text or JSON (objects serialised here, as Elysia would): a large one is
+    // charged to the answer budget and sent piece by piece. Most answers are short text, which
+    // pays the two tests before the first return and nothing else.
+    .mapResponse({ as: "global" }, ({ request, response, set }) => {
+      let text: string;
+      if (typeof response === "string") {
+        if (response.length < ANSWER_PIECE_BYTES) return;
+        text = response;
+        set.headers["content-type"] ??= "text/plain;charset=utf-8";
+      } else {
+        if (typeof response !== "object" || response === null || !isJsonValue(response)) return;
+        text = JSON.stringify(response);
+        set.headers["content-type"] ??= JSON_CONTENT_TYPE;
+        if (text.length < ANSWER_PIECE_BYTES) return sentAsText(text);
+      }
+      // Bun sends no body to HEAD: nothing is held for it.
+      if (request.method === "HEAD") return sentAsText(text);
+      return new Response(budgetedBody(rt.answers, addressOf(rt.listening(), request, config.trustedProxies), text));
     })
     .onAfterResponse({ as: "global" }, ({ request }) => {
       connections.release(request);

@@ -1,4 +1,4 @@
-import type { ChangeOrigin } from "../shared/made-by.ts";
+import { commandOrigin, type ChangeOrigin } from "../shared/made-by.ts";
 import { listTokens, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from "../auth/service.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Subscription } from "../webhooks/model.ts";
@@ -37,10 +37,10 @@ export interface Removal {
  * dropOperatorWith removes operator `id` inside the caller's write (dropOperator: their sessions,
  * the links for them and by them) and, in the same write, as chosen, revokes the API tokens they
  * made and disables the subscriptions they made or created with one of those tokens, each
- * subscription.disabled made by request `origin` (null: a command, not a request). Call
+ * subscription.disabled made by `origin` (the console's request, or the command). Call
  * operatorRemoved with what it returns once the write has committed.
  */
-export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, origin: ChangeOrigin | null, now: number): Promise<Removal> {
+export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, origin: ChangeOrigin, now: number): Promise<Removal> {
   const operator = await dropOperator(tx, id);
   const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
   const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, origin, now) : [];
@@ -74,7 +74,7 @@ export async function removeOperatorByEmail(db: Database, email: string, choices
   const { id } = await operatorByEmail(db, email);
   const { removal, made } = await db.write(async (tx) => {
     const made = await operatorMade(tx, id);
-    return { removal: await dropOperatorWith(tx, id, choices, null, Date.now()), made };
+    return { removal: await dropOperatorWith(tx, id, choices, commandOrigin("operator remove"), Date.now()), made };
   });
   let unsent: unknown = null;
   // A command serves no /metrics: what it fails unsent is counted by no instance, as crm secrets-key reset's.

@@ -134,8 +134,8 @@ class HistogramFamily {
  * series stays bounded whatever clients send.
  */
 export class Metrics {
-  private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status.");
-  /** the series of each method, status and route seen, by `${method} ${status} ${route}` (routes are patterns: a bounded set) */
+  private readonly requests = new CounterFamily("crm_http_requests_total", "HTTP requests answered, by method, route pattern and status, and a rate limit's 429 by the bucket that refused it.");
+  /** the series of each method, status, route and bucket seen, by `${method} ${status} ${route} ${bucket}` (routes are patterns and buckets three names: a bounded set) */
   private readonly requestSeries = new Map<string, { count: Counter; duration: Histogram }>();
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
   private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response).");
@@ -157,15 +157,20 @@ export class Metrics {
     this.deliveryLatency.histogram({});
   }
 
-  /** observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none matched. */
-  observeRequest(method: string, route: string, status: number, seconds: number): void {
+  /**
+   * observeRequest counts one answered HTTP request; route is the matched pattern, or "" when none
+   * matched, and `bucket` the rate limit's bucket that refused it (read, write, failed-auth), if one did.
+   */
+  observeRequest(method: string, route: string, status: number, seconds: number, bucket?: string): void {
     // Every answered request comes here: its two series are found by one lookup.
     const m = KNOWN_METHODS.has(method) ? method : "OTHER";
-    const key = `${m} ${status} ${route}`;
+    const key = `${m} ${status} ${route} ${bucket ?? ""}`;
     let series = this.requestSeries.get(key);
     if (!series) {
       const r = route === "" ? "unmatched" : route;
-      series = { count: this.requests.counter({ method: m, route: r, status: String(status) }), duration: this.requestDurations.histogram({ method: m, route: r }) };
+      // The bucket tells a token over its reads from one over its writes, or from guessed tokens, which status="429" alone lumps together.
+      const labels = { method: m, route: r, status: String(status), ...(bucket === undefined ? {} : { bucket }) };
+      series = { count: this.requests.counter(labels), duration: this.requestDurations.histogram({ method: m, route: r }) };
       this.requestSeries.set(key, series);
     }
     series.count.value++;

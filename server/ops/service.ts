@@ -314,6 +314,7 @@ export async function metricsText(rt: Runtime): Promise<string> {
     { name: "crm_webhook_attempts_in_flight", help: "Webhook delivery attempts under way.", value: loop.in_flight },
     { name: "crm_webhook_delivery_loop_running", help: "1 while the webhook delivery loop claims deliveries.", value: loop.running ? 1 : 0 },
     { name: "crm_slow_lists_held", help: "Slow contact lists on the read lane, waiting or running (--slow-list-lane bounds them).", value: rt.db.readsAside() },
+    { name: "crm_answer_buffer_bytes", help: "Bytes of answers held until their clients read them, all clients together (--answer-buffer-max-mb bounds them).", value: rt.answers.inUse },
     { name: "crm_database_writes_waiting", help: "Writes of this process not committed yet: queued for the next group commit, or in the one being committed (on PostgreSQL, waiting for the write lock too).", value: rt.db.writesWaiting() },
     { name: "crm_up", help: "1 while the process answers.", value: 1 },
     { name: "crm_build_info", help: "The running version and the commit it was built from (source: run from source), as labels.", value: 1, labels: { version: VERSION, commit: COMMIT } },

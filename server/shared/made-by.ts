@@ -4,16 +4,53 @@
  * create`) or an API token (a subscription created through the API). Records made before 0047
  * have none: null, unknown.
  */
-export type MadeBy = { kind: "operator"; id: string; email: string } | { kind: "command_line" } | { kind: "api_token"; id: string };
+export type MadeBy = { kind: "operator"; id: string; email: string } | { kind: "command_line"; command?: string } | { kind: "api_token"; id: string };
 
 /**
- * ChangeOrigin is the request that made a change, kept on its event (migrations 0041, 0050): its
- * id, and the id of the API token that sent it (null: a console form's request). A change no
- * request made (the command line's, the delivery loop's) has none: null.
+ * ChangeMaker is who made a change that makes an event or changes a subscription's state
+ * (migration 0052): an API token, an operator on the console, a command (named: `command` is
+ * "user delete" for `crm user delete`), or the delivery loop (a 410, a failing streak, attempts
+ * used up).
+ */
+export type ChangeMaker = MadeBy | { kind: "delivery_loop" };
+
+/**
+ * ChangeOrigin is what made a change, kept on its event (migrations 0041, 0050, 0052): the id of
+ * its request (null: a command's or the delivery loop's change, which no request made) and its
+ * maker (null: not known, a request that authenticated as no one).
  */
 export interface ChangeOrigin {
-  requestId: string;
-  tokenId: string | null;
+  requestId: string | null;
+  madeBy: ChangeMaker | null;
+}
+
+/** DELIVERY_LOOP is the origin of the delivery loop's changes: a subscription disabled, a delivery's attempts used up. */
+export const DELIVERY_LOOP: ChangeOrigin = { requestId: null, madeBy: { kind: "delivery_loop" } };
+
+/** commandOrigin is the origin of the changes of `crm <command>` ("user delete"). */
+export function commandOrigin(command: string): ChangeOrigin {
+  return { requestId: null, madeBy: { kind: "command_line", command } };
+}
+
+/** storedMaker is how a change's maker is stored (events.made_by, webhook_subscriptions.paused_by and the rest): as the JSON the console reads back. */
+export function storedMaker(madeBy: ChangeMaker | null): string | null {
+  return madeBy === null ? null : JSON.stringify(madeBy);
+}
+
+/** changeMakerOf reads a stored change maker back (storedMaker); null when none was recorded. */
+export function changeMakerOf(stored: string | null): ChangeMaker | null {
+  return stored === null ? null : (JSON.parse(stored) as ChangeMaker);
+}
+
+/** MAKER_KINDS are the kinds of maker the API tells (makerKind): which token or operator is the console's to say. */
+export const MAKER_KINDS = ["api_token", "operator", "command_line", "delivery_loop"] as const;
+
+/**
+ * makerKind is what the API says of a change's maker: its kind only. Every token holder reads a
+ * subscription, and no API answer names an operator or another integration's token.
+ */
+export function makerKind(madeBy: ChangeMaker | null): (typeof MAKER_KINDS)[number] | null {
+  return madeBy?.kind ?? null;
 }
 
 /** MadeByColumns are the columns a MadeBy is stored in, on api_tokens and webhook_subscriptions. */
@@ -52,7 +89,12 @@ export interface MakerNames {
 }
 
 /** MADE_BY_WORDS are the words "Made by" says, on the console and the command line alike: for a maker not recorded, the command line, a removed operator (after their email), an API token (before its name). */
-export const MADE_BY_WORDS = { unknown: "unknown", commandLine: "command line", removed: "(removed)", apiToken: "API token" } as const;
+export const MADE_BY_WORDS = { unknown: "unknown", commandLine: "command line", removed: "(removed)", apiToken: "API token", deliveryLoop: "the delivery loop" } as const;
+
+/** commandLineText says a command-line maker: "command line", with the command when one was recorded ("command line (crm user delete)"). */
+export function commandLineText(madeBy: { command?: string }): string {
+  return madeBy.command === undefined ? MADE_BY_WORDS.commandLine : `${MADE_BY_WORDS.commandLine} (crm ${madeBy.command})`;
+}
 
 /**
  * madeByText says who made a token or a subscription as plain text, in the console's MadeByText
@@ -61,7 +103,7 @@ export const MADE_BY_WORDS = { unknown: "unknown", commandLine: "command line", 
  */
 export function madeByText(madeBy: MadeBy | null, names: MakerNames): string {
   if (madeBy === null) return MADE_BY_WORDS.unknown;
-  if (madeBy.kind === "command_line") return MADE_BY_WORDS.commandLine;
+  if (madeBy.kind === "command_line") return commandLineText(madeBy);
   if (madeBy.kind === "operator") return names.operators.has(madeBy.id) ? madeBy.email : `${madeBy.email} ${MADE_BY_WORDS.removed}`;
   const token = names.tokens.get(madeBy.id);
   return `${MADE_BY_WORDS.apiToken} ${token ? `${token.name} (${token.prefix}…)` : madeBy.id}`;

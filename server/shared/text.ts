@@ -21,6 +21,11 @@ export function cutTo(value: string, limit: number): string {
   return `${value.slice(0, end)}…`;
 }
 
+/** codePoints counts a text's characters as JSON Schema's patterns and lengths do: in code points, where JavaScript's length counts UTF-16 code units. */
+export function codePoints(text: string): number {
+  return [...text].length;
+}
+
 /**
  * withoutNul replaces each NUL character with U+FFFD: PostgreSQL's text cannot hold NUL, so text
  * from outside (a receiver's answer, rows older versions stored in SQLite) is stored this way.

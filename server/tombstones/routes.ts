@@ -2,6 +2,7 @@ import { t } from "elysia";
 import { fingerprintSentBody, idempotentPost, type PostContext } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
 import { refuseEntityTags } from "../http/preconditions.ts";
+import { makerOf } from "../http/request-log.ts";
 import type { Runtime } from "../runtime.ts";
 import { problemResponses } from "../shared/problem.ts";
 import { ErasureEnvelope, TombstoneListEnvelope, TombstoneListQuery } from "./model.ts";
@@ -33,7 +34,7 @@ export function deletedList(rt: Runtime, resource: Resource, doc: { operationId:
  * deleted record's earlier events (eraseDeletedRecord); `doc` names the operation and the record.
  */
 export function erasePost(rt: Runtime, resource: ErasableResource, doc: { operationId: string; tags: string[] }) {
-  const handler = (ctx: PostContext & { params: { id: string } }) => idempotentPost(rt.idempotency, ctx, (scope) => eraseDeletedRecord(rt.db, resource, ctx.params.id, rt.batchRows, scope));
+  const handler = (ctx: PostContext & { params: { id: string } }) => idempotentPost(rt.idempotency, ctx, (scope) => eraseDeletedRecord(rt.db, resource, ctx.params.id, rt.batchRows, scope, makerOf(ctx.request)));
   const options = {
     params: t.Object({ id: t.String({ maxLength: 64, description: `Id of the deleted ${resource} (${resource === "contact" ? "con_" : "acc_"}...)` }) }),
     transform: fingerprintSentBody,

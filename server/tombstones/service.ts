@@ -7,6 +7,7 @@ import { eraseAttemptsOfEvents, eraseEventsAbout, failPendingDeliveriesOfEvents,
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS, hourOf, toTimestamp } from "../shared/time.ts";
+import type { ChangeMaker } from "../shared/made-by.ts";
 import { TOMBSTONE_FILTERS, type Erasure, type Tombstone } from "./model.ts";
 import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, forgetTombstoneEmail, hasTombstone, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
 
@@ -51,7 +52,7 @@ function refuseExpiredSince(rt: Runtime, resource: Resource, since: number, newe
  * caller resyncs in full.
  */
 export async function listDeletedPage(rt: Runtime, resource: Resource, query: Record<string, unknown>, now = Date.now()): Promise<{ data: Tombstone[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true });
+  const list = parseListQuery(query, { sorts: ["deleted_at"], defaultSort: "deleted_at", defaultDirection: "asc", filters: TOMBSTONE_FILTERS, fixedOrder: true }, rt.secrets);
   const since = parseTimestampFilter("since", query.since);
   const after = since ?? -1;
   const { read, total } = await readListPage(
@@ -65,7 +66,7 @@ export async function listDeletedPage(rt: Runtime, resource: Resource, query: Re
   );
   return {
     data: pageRows(list, read).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at), version: row.version })),
-    meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at, query, TOMBSTONE_FILTERS),
+    meta: listMeta(list, total, read, (row: TombstoneRow) => row.deleted_at),
   };
 }
 
@@ -112,7 +113,7 @@ function erasedReason(now: number): string {
 /**
  * eraseDeletedRecord erases what the earlier events of a deleted contact or account hold of it, in
  * short writes (writeInSteps) of `chunk` events each, oldest first: each write replaces their
- * payloads with a marker holding only their type and ids (eraseEventsAbout), ends their pending
+ * payloads with a marker holding only their type and ids (eraseEventsAbout, erased by `by`), ends their pending
  * deliveries as failed (a paused subscription's too: none is sent after it), and drops from their
  * attempts what receivers answered, the signatures and request headers sent, and the Location an
  * earlier version's error quoted (eraseAttemptsOfEvents). The delete's own event, holding only
@@ -122,14 +123,14 @@ function erasedReason(now: number): string {
  * answers zeros; each write but the last keeps its counts under the Idempotency-Key, so a resend
  * after a refusal between writes answers the whole erasure's, and the last saves the answer.
  */
-export async function eraseDeletedRecord(db: Database, resource: ErasableResource, id: string, chunk: number, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Erasure } }> {
+export async function eraseDeletedRecord(db: Database, resource: ErasableResource, id: string, chunk: number, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<{ status: number; body: { data: Erasure } }> {
   const kept = keptProgress<Erasure>(idempotency);
   let erased = kept?.events_erased ?? 0;
   let failed = kept?.deliveries_failed ?? 0;
   return writeInSteps(db, async (tx) => {
     const now = Date.now();
     await refuseUnerasable(tx, resource, id);
-    const events = await eraseEventsAbout(tx, id, ERASABLE[resource].events, now, chunk);
+    const events = await eraseEventsAbout(tx, id, ERASABLE[resource].events, now, by, chunk);
     // Counted as the step runs: a step that fails ends the erasure, so no count outlives its rollback.
     failed += await failPendingDeliveriesOfEvents(tx, events, erasedReason(now), now);
     await eraseAttemptsOfEvents(tx, events);

@@ -22,7 +22,7 @@ export async function insertTombstone(db: Db, resource: Resource, id: string, de
   );
 }
 
-/** findContactTombstonesByEmail returns up to `limit` tombstones of contacts deleted with this (stored, lowercased) email, by id, through their email index (migration 0052). */
+/** findContactTombstonesByEmail returns up to `limit` tombstones of contacts deleted with this (stored, lowercased) email, by id, through their email index (migration 0053). */
 export function findContactTombstonesByEmail(db: Db, email: string, limit: number): Promise<{ id: string; deleted_at: number }[]> {
   return db.all("SELECT t.id, t.deleted_at FROM tombstones t WHERE t.email = ? AND t.resource = 'contact' ORDER BY t.id LIMIT ?", [email, limit]);
 }

@@ -18,7 +18,7 @@ export function userRoutes(rt: Runtime) {
   return new Elysia({ name: "users", prefix: "/public/v1/users" })
     .use(bearerAuth())
     .use(unversionedWrites("Users", { id: { kind: "user", lookup: (id) => getUser(rt.db, id) } }))
-    .get("", ({ query }) => listUsersPage(rt.db, query), {
+    .get("", ({ query }) => listUsersPage(rt.db, rt.secrets, query), {
       query: UserListQuery,
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
       detail: {

@@ -7,6 +7,7 @@ import { detachUserFromContacts } from "../contacts/service.ts";
 import { fieldsChecker } from "../http/schema-errors.ts";
 import type { Runtime } from "../runtime.ts";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type ListMeta } from "../http/list-query.ts";
+import type { SecretBox } from "../webhooks/secrets.ts";
 import { newId } from "../shared/ids.ts";
 import { asciiEmail } from "../shared/domains.ts";
 import { notBefore, toTimestamp } from "../shared/time.ts";
@@ -83,9 +84,9 @@ export interface DeletedUser {
  * that is not there (deleted meanwhile): the contacts changed so far stay changed, as after a
  * crash between the writes, which a delete sent again finishes; a write after the first refused
  * for any reason ends it with PartlyDone, which says how many the writes before it changed. Takes the Database, not the
- * Runtime: the command line deletes too, its events made by no request (`origin` null).
+ * Runtime: the command line deletes too, its events made by the command (commandOrigin).
  */
-export function deleteUser(db: Database, id: string, chunk: number, origin: ChangeOrigin | null, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
+export function deleteUser(db: Database, id: string, chunk: number, origin: ChangeOrigin, finish: (tx: Db, deleted: DeletedUser, now: number) => Promise<void> = async () => {}): Promise<DeletedUser> {
   let unassigned = 0;
   return writeInSteps(db, async (tx) => {
     const now = await db.changeClock.stamp(tx);
@@ -117,8 +118,8 @@ export async function allUsers(db: Db): Promise<User[]> {
 }
 
 /** listUsersPage returns one page of users for the list endpoint, sorted and filtered as the query asks. */
-export async function listUsersPage(db: Database, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS });
+export async function listUsersPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: User[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: USER_SORTS, defaultSort: "created_at", defaultDirection: "asc", filters: USER_FILTERS }, secrets);
   const filters = { updatedAfter: parseTimestampFilter("updated_after", query.updated_after) };
   const { read, total } = await readListPage(
     db,
@@ -126,7 +127,7 @@ export async function listUsersPage(db: Database, query: Record<string, unknown>
     (source) => listUsers(source, filters, { sortBy: list.sortBy, direction: list.direction, ...pageWindow(list) }),
     (source) => countUsers(source, filters),
   );
-  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row[list.sortBy], query, USER_FILTERS) };
+  return { data: pageRows(list, read).map(toUser), meta: listMeta(list, total, read, (row: UserRow) => row[list.sortBy]) };
 }
 
 /** missingUserIds returns the given ids that name no user. */

@@ -1,11 +1,11 @@
-import type { ChangeOrigin } from "../shared/made-by.ts";
+import { DELIVERY_LOOP, type ChangeOrigin } from "../shared/made-by.ts";
 import { writeInSteps, type Database, type Db } from "../db/sql.ts";
 import type { Logger } from "../shared/log.ts";
 import { HOUR_MS, toTimestamp } from "../shared/time.ts";
 import type { AttemptResult } from "./delivery.ts";
 import { OPERATIONAL_EVENT_TYPES } from "./model.ts";
 import { recordEvent } from "./outbox.ts";
-import { countPendingDeliveriesOf, disableSubscription, failPendingDeliveries, findStoppedSubscriptionsWithPending, findSubscriptionById, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
+import { countUnsentDeliveriesOf, disableSubscription, failUnsentDeliveries, findStoppedSubscriptionsWithPending, findSubscriptionById, markSubscriptionFailing, type DueDelivery, type SubscriptionRow } from "./store.ts";
 
 /** duration says a span in the unit an operator reads best: seconds, minutes or hours. */
 function duration(ms: number): string {
@@ -38,13 +38,14 @@ function unsentReason(subscription: SubscriptionRow | null): string {
  * failStoppedDeliveries fails the pending deliveries of a deleted or disabled subscription, at most
  * `chunk` per write, once the write that stopped it has committed: nothing claims them meanwhile
  * (claims take active subscriptions only), and the writes of others take their turns between
- * chunks. An active subscription (enabled again) has none to fail. Each write's deliveries are told
+ * chunks. Those with an attempt under way are left to it (failUnsentDeliveries): one whose instance
+ * stopped without ending it is failed by the sweep once its lease has run out. An active subscription (enabled again) has none to fail. Each write's deliveries are told
  * to `failedUnsent` once it has committed. It ends early when `keepGoing` turns false (a stop); the
  * delivery loop's sweep finishes what a stop or a refused write leaves (failEveryStoppedDelivery).
  */
 export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, failedUnsent: (count: number) => void, keepGoing: () => boolean = () => true): Promise<void> {
-  // Counted as each write commits, not as the stop found them pending: an attempt under way then
-  // may end its delivery first (failed, the subscription stopped, or succeeded), and counts it.
+  // Counted as each write commits, not as the stop found them pending: an attempt may end its
+  // delivery in between (failed, the subscription stopped, or succeeded), and counts it.
   let uncommitted = 0;
   const committed = () => {
     failedUnsent(uncommitted);
@@ -55,7 +56,7 @@ export async function failStoppedDeliveries(db: Database, subscriptionId: string
     committed();
     const subscription = await findSubscriptionById(tx, subscriptionId);
     if (subscription?.status === "active") return true;
-    uncommitted = await failPendingDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
+    uncommitted = await failUnsentDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
     return uncommitted < chunk || !keepGoing() ? true : null;
   }, (steps) => `${steps * chunk} of the subscription's pending deliveries were failed (not sent)`);
   committed();
@@ -80,14 +81,15 @@ export async function failEveryStoppedDelivery(db: Database, chunk: number, fail
 }
 
 /**
- * disableWithEvent disables an active subscription, counts its pending deliveries (failed by
- * failStoppedDeliveries once the write has committed, bar those an attempt under way ends first) and records a subscription.disabled event
- * for the subscriptions that want to hear of it, made by request `origin` (null: the delivery
- * loop's own), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
+ * disableWithEvent disables an active subscription, counts its pending deliveries that no attempt
+ * holds (failed by failStoppedDeliveries once the write has committed; those under way are their
+ * attempts' to end, and counted by none) and records a subscription.disabled event
+ * for the subscriptions that want to hear of it, the disable and the event made by `origin` (a
+ * request, a command, DELIVERY_LOOP), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin | null): Promise<number> {
-  await disableSubscription(db, subscription.id, reason, now);
-  const failed = await countPendingDeliveriesOf(db, subscription.id);
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin): Promise<number> {
+  await disableSubscription(db, subscription.id, reason, now, origin.madeBy);
+  const failed = await countUnsentDeliveriesOf(db, subscription.id, now);
   await recordEvent(
     db,
     "subscription.disabled",
@@ -116,7 +118,7 @@ export async function disableGone(db: Db, subscription: SubscriptionRow, deliver
   if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
   const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
   // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
-  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, null);
+  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, DELIVERY_LOOP);
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -141,7 +143,7 @@ export async function recordExhausted(db: Db, due: DueDelivery, attempts: number
       last_response_status: result.response_status,
       last_error: result.error,
     },
-    null,
+    DELIVERY_LOOP,
     now,
   );
 }
@@ -167,7 +169,7 @@ export async function trackFailingStreak(db: Db, disableAfterHours: number, subs
   }
   if (subscription.status !== "active" || disableAfterHours === 0 || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const pendingFailed = await disableWithEvent(db, subscription, reason, now, null);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, now, DELIVERY_LOOP);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };
 }
 

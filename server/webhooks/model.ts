@@ -1,6 +1,7 @@
 import { Type } from "@sinclair/typebox";
 import { t } from "elysia";
-import { documentAs, documentRefused, openEnum } from "../http/openapi-docs.ts";
+import { documentAs, documentRefused, nullableOpenEnum, openEnum } from "../http/openapi-docs.ts";
+import { MAKER_KINDS } from "../shared/made-by.ts";
 import { AccountSchema } from "../accounts/model.ts";
 import { Contact } from "../contacts/model.ts";
 import {
@@ -16,6 +17,10 @@ import {
 } from "../limits/limits.ts";
 import { ListMetaSchema, paginationQuerySchema, timestampFilterSchema } from "../http/list-query.ts";
 import { REQUEST_ID_RULE, SAFE_REQUEST_ID } from "../http/request-log.ts";
+
+/** MAKER_KIND_WORDS say what each kind of maker an answer names (makerKind) is, and where to learn which one. */
+const MAKER_KIND_WORDS =
+  "api_token (a request with an API token), operator (an operator on the console), command_line (a crm command run on the server: crm operator remove --disable-subscriptions, crm secrets-key reset) or delivery_loop (the receiver answered 410 Gone, or every attempt failed for too long). Which token or operator is on the console's page of the subscription: no API answer names one.";
 
 /** OPERATIONAL_EVENT_TYPES are events about the webhooks themselves, for an on-call system: a subscription disabled, a delivery that used up its attempts. */
 export const OPERATIONAL_EVENT_TYPES = ["subscription.disabled", "delivery.exhausted"] as const;
@@ -90,12 +95,18 @@ export const Subscription = t.Object({
   }),
   disabled_at: nullableTimestamp,
   disabled_reason: t.Union([t.String(), t.Null()], { description: "Why it was disabled, in words; null while active." }),
+  disabled_by: nullableOpenEnum(MAKER_KINDS, {
+    description: `What disabled it: ${MAKER_KIND_WORDS} Null while active, and for one disabled before this was recorded (2026-11-29).`,
+  }),
   paused_at: t.Union([timestamp, t.Null()], { description: "Since when the subscription is paused; null when it is not." }),
+  paused_by: nullableOpenEnum(MAKER_KINDS, {
+    description: `What paused it: ${MAKER_KIND_WORDS} Null when it is not paused, and for a pause made before this was recorded (2026-11-29).`,
+  }),
   max_rate: t.Union([t.Integer(), t.Null()], { description: "Requests per second this receiver gets at most; null: no cap." }),
   failing_since: t.Union([timestamp, t.Null()], { description: "When the first failed attempt after the last successful one was made; null while the last attempt succeeded." }),
   held_until: t.Union([timestamp, t.Null()], {
     description:
-      "Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Null when not held.",
+      "Until when its receiver asked for no requests: it answered 429 or 503 with Retry-After (honoured up to 1 hour). Nothing is sent to it before then but a test ping (POST .../test); its pending deliveries keep their next_attempt_at and go out after this time, no attempt spent meanwhile. Enabling a disabled subscription ends it. Null when not held.",
   }),
   secret: t.String({ description: "Signing secret whsec_...: in full only in the create and rotate-secret responses, masked (whsec_abcd…) elsewhere." }),
   secret_rotated_at: t.Union([timestamp, t.Null()], { description: "When the secret was last rotated; null if never." }),
@@ -226,7 +237,7 @@ const windowTime = (description: string) =>
 /** RecoveryInput is the body of POST /webhook-subscriptions/:id/recover. */
 export const RecoveryInput = t.Object(
   {
-    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago. Deliveries created from then on are considered.`),
+    since: windowTime(`Start of the window (inclusive), RFC 3339, at most ${MAX_RECOVERY_DAYS} days ago (a minute more is taken, for a window counted at the edge and confirmed a moment later). Deliveries created from then on are considered.`),
     until: t.Optional(windowTime("End of the window (exclusive), RFC 3339, after `since`; default now.")),
   },
   { additionalProperties: false, examples: [{ since: "2026-11-20T08:00:00Z", until: "2026-11-20T14:00:00Z" }] },
@@ -377,7 +388,7 @@ export const EVENT_CATALOGUE: Record<EventType, { description: string; schema: R
           reason: t.String({ description: "Why, in words; the subscription's disabled_reason." }),
           disabled_at: t.String({ format: "date-time" }),
           failing_since: t.Union([t.String({ format: "date-time" }), t.Null()], { description: "When its streak of failed attempts began; a 410 that disabled it begins one when none ran. Null only in events recorded before 2026-11-29, when such a 410 left it null." }),
-          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries, ended as failed." }),
+          pending_deliveries_failed: Type.Integer({ minimum: 0, description: "Its pending deliveries the disable ended as failed, unsent; one whose attempt was under way is not counted: that attempt ends it, succeeded or failed." }),
         },
         { additionalProperties: false },
       ),

@@ -1,4 +1,4 @@
-import type { ChangeOrigin } from "../shared/made-by.ts";
+import { storedMaker, type ChangeOrigin } from "../shared/made-by.ts";
 import type { Db } from "../db/sql.ts";
 import { newId } from "../shared/ids.ts";
 import { toTimestamp } from "../shared/time.ts";
@@ -11,12 +11,14 @@ import { findActiveSubscriptionsForEvent, findEarliestPendingDueTime, insertDeli
  * updated_at or deleted_at in `data`: a receiver that also polls compares the two. The row, and
  * its id, are dated `at` (datedAt), as its deliveries are.
  */
-function newEventRow(type: EventType, data: unknown, origin: ChangeOrigin | null, happenedAt: number, at: number): EventRow {
+function newEventRow(type: EventType, data: unknown, origin: ChangeOrigin, happenedAt: number, at: number): EventRow {
   const id = newId("evt", at);
   // event_id is the same in every subscription's copy, unlike webhook-id, so receivers can de-duplicate across subscriptions.
-  // The request and token ids stay out of the body: every subscriber would be sent the ids another
-  // client chose for its requests, and which of the service's tokens each integration uses.
-  return { id, type, payload: JSON.stringify({ type, event_id: id, timestamp: toTimestamp(happenedAt), data }), request_id: origin?.requestId ?? null, token_id: origin?.tokenId ?? null, created_at: at };
+  // The request id and the maker stay out of the body: every subscriber would be sent the ids another
+  // client chose for its requests, which of the service's tokens each integration uses, and operators' emails.
+  const { madeBy } = origin;
+  const payload = JSON.stringify({ type, event_id: id, timestamp: toTimestamp(happenedAt), data });
+  return { id, type, payload, request_id: origin.requestId, token_id: madeBy?.kind === "api_token" ? madeBy.id : null, made_by: storedMaker(madeBy), created_at: at };
 }
 
 /** newDueDelivery makes a delivery created, and due, at `at` (datedAt, no later than the wall clock): sent at once, while the loop goes on judging what is due, retries included, by the clock it reads. */
@@ -24,7 +26,7 @@ function newDueDelivery(eventId: string, type: EventType, subscription: { id: st
   return { id: newId("dlv", at), event_id: eventId, event_type: type, subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: at, created_at: at };
 }
 
-async function insertEventRow(db: Db, type: EventType, data: unknown, origin: ChangeOrigin | null, happenedAt: number, at: number): Promise<string> {
+async function insertEventRow(db: Db, type: EventType, data: unknown, origin: ChangeOrigin, happenedAt: number, at: number): Promise<string> {
   const event = newEventRow(type, data, origin, happenedAt, at);
   await insertEvent(db, event);
   return event.id;
@@ -47,11 +49,11 @@ const datedAt = (happenedAt: number) => Math.min(happenedAt, Date.now());
 /**
  * recordEvent writes an event that happened at `happenedAt` (a change's stamp) and one delivery per
  * active subscription that wants it, both dated by datedAt; call it inside the transaction
- * of the change it describes, so the change and its deliveries commit together. `origin` is the
- * request (API or console) that made the change, with its API token, null for a change no request
- * made (the delivery loop's, a command's).
+ * of the change it describes, so the change and its deliveries commit together. `origin` is what
+ * made the change: the request (API or console) and its API token or operator, a command
+ * (commandOrigin), the delivery loop (DELIVERY_LOOP).
  */
-export async function recordEvent(db: Db, type: EventType, data: unknown, origin: ChangeOrigin | null, happenedAt = Date.now()): Promise<string> {
+export async function recordEvent(db: Db, type: EventType, data: unknown, origin: ChangeOrigin, happenedAt = Date.now()): Promise<string> {
   const at = datedAt(happenedAt);
   const eventId = await insertEventRow(db, type, data, origin, happenedAt, at);
   for (const subscription of await findActiveSubscriptionsForEvent(db, type)) await insertDueDelivery(db, eventId, type, subscription, at);
@@ -64,7 +66,7 @@ export async function recordEvent(db: Db, type: EventType, data: unknown, origin
  * statements of many rows: a set-wise change (an account's deletion, which changes every linked
  * contact) would otherwise make two round trips a row.
  */
-export async function recordEvents(db: Db, type: EventType, changes: { data: unknown; happenedAt: number }[], origin: ChangeOrigin | null): Promise<void> {
+export async function recordEvents(db: Db, type: EventType, changes: { data: unknown; happenedAt: number }[], origin: ChangeOrigin): Promise<void> {
   const subscriptions = await findActiveSubscriptionsForEvent(db, type);
   const events = changes.map(({ data, happenedAt }) => newEventRow(type, data, origin, happenedAt, datedAt(happenedAt)));
   await insertEvents(db, events);
@@ -80,7 +82,7 @@ export async function recordEvents(db: Db, type: EventType, changes: { data: unk
  * creation is only that place in the claim order (its own column would take a migration and a
  * second key on the claim's index): the API shows it due at its creation.
  */
-export async function recordPing(db: Db, subscription: { id: string; target_url: string }, origin: ChangeOrigin | null, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
+export async function recordPing(db: Db, subscription: { id: string; target_url: string }, origin: ChangeOrigin, happenedAt = Date.now()): Promise<{ event_id: string; delivery_id: string }> {
   const at = datedAt(happenedAt);
   const eventId = await insertEventRow(db, "webhook.ping", { subscription_id: subscription.id }, origin, happenedAt, at);
   const earliest = await findEarliestPendingDueTime(db, subscription.id);

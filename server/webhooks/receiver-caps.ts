@@ -8,7 +8,8 @@ import type { AttemptResult } from "./delivery.ts";
  * each slot it gets for the whole timeout: at their full caps, eleven of them with a backlog held
  * all MAX_IN_FLIGHT slots and left every other subscription one attempt at a time. In memory only,
  * so each instance learns on its own and a restart starts every receiver at `full`; only the
- * receivers cut have an entry, so a healthy one costs a Map miss per claim.
+ * receivers cut have an entry, so a healthy one costs a Map miss per claim. Keyed by subscription,
+ * whose target never changes: a new receiver is a new subscription, at `full`.
  */
 export class ReceiverCaps {
   private readonly cut = new Map<string, number>();
@@ -36,5 +37,10 @@ export class ReceiverCaps {
   /** forget drops a subscription's cap: deleted, or enabled again once its receiver was mended. */
   forget(subscriptionId: string): void {
     this.cut.delete(subscriptionId);
+  }
+
+  /** cutIds names the subscriptions whose receivers are cut, each with an entry. */
+  cutIds(): string[] {
+    return [...this.cut.keys()];
   }
 }

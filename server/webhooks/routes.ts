@@ -2,7 +2,7 @@ import { Elysia, t } from "elysia";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
-import { originOf, requestIdOf } from "../http/request-log.ts";
+import { makerOf, originOf, requestIdOf } from "../http/request-log.ts";
 import { unversionedWrites } from "../http/preconditions.ts";
 import { problemResponses } from "../shared/problem.ts";
 import type { Runtime } from "../runtime.ts";
@@ -74,7 +74,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, query), {
+    .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, rt.secrets, query), {
       query: SubscriptionListQuery,
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
@@ -97,7 +97,7 @@ export function webhookRoutes(rt: Runtime) {
       },
     })
     .post("/webhook-subscriptions/:subscriptionId/enable", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope) } })), {
+      idempotentPost(rt.idempotency, ctx, async (scope) => ({ status: 200, body: { data: await enableSubscription(rt, ctx.params.subscriptionId, scope, makerOf(ctx.request)) } })), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -106,12 +106,12 @@ export function webhookRoutes(rt: Runtime) {
         operationId: "enableWebhookSubscription",
         summary: "Enable a disabled webhook subscription",
         description:
-          "Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak: events from now on are delivered to it. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.",
+          "Makes a subscription disabled (410 Gone, or every attempt failed for --disable-failing-after-hours) active again and forgets its failing streak and its receiver's hold (held_until): events from now on are delivered to it, at once. Deliveries failed while it was disabled stay failed; POST .../recover queues them again. An active subscription is answered unchanged. A subscription whose signing secret was lost with the secrets key (crm secrets-key reset) is refused, 409 secret-rotation-required, until its secret is rotated: it would sign with a secret no receiver knows.",
         tags: subscriptionTags,
         ...secured,
       },
     })
-    .patch("/webhook-subscriptions/:subscriptionId", async ({ params, body }) => ({ data: await updateSubscription(rt, params.subscriptionId, body) }), {
+    .patch("/webhook-subscriptions/:subscriptionId", async ({ request, params, body }) => ({ data: await updateSubscription(rt, params.subscriptionId, body, makerOf(request)) }), {
       params: SubscriptionId,
       body: SubscriptionUpdate,
       response: { 200: SubscriptionEnvelope, ...problemResponses(400, 401, 403, 404, 413, 415, 422) },
@@ -146,7 +146,7 @@ export function webhookRoutes(rt: Runtime) {
       },
     })
     .post("/webhook-subscriptions/:subscriptionId/rotate-secret", (ctx) =>
-      idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope), (stored) => openReplayedSecret(rt, stored)), {
+      idempotentPost(rt.idempotency, ctx, (scope) => rotateSecret(rt, ctx.params.subscriptionId, ctx.body ?? {}, scope, makerOf(ctx.request)), (stored) => openReplayedSecret(rt, stored)), {
       params: SubscriptionId,
       body: t.Optional(SecretRotationInput),
       transform: fingerprintSentBody,
@@ -176,7 +176,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/pause", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, true, scope, makerOf(request))), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -184,12 +184,12 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "pauseWebhookSubscription",
         summary: "Pause a webhook subscription",
-        description: "Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. Pausing a paused subscription changes nothing.",
+        description: "Stops sending to the receiver without losing anything: events still create deliveries, which wait as pending (retries too) until the subscription is resumed. paused_by says what paused it (api_token here; operator for the console's Pause). Pausing a paused subscription changes nothing, its paused_at and paused_by included.",
         tags: subscriptionTags,
         ...secured,
       },
     })
-    .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope)), {
+    .post("/webhook-subscriptions/:subscriptionId/resume", ({ request, headers, token, body, set, params }) => idempotentPost(rt.idempotency, { request, headers, token, body, set }, (scope) => pauseSubscription(rt, params.subscriptionId, false, scope, makerOf(request))), {
       params: SubscriptionId,
       transform: fingerprintSentBody,
       headers: IdempotencyKeyHeader,
@@ -212,7 +212,7 @@ export function webhookRoutes(rt: Runtime) {
         ...secured,
       },
     })
-    .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, query), {
+    .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, rt.secrets, query), {
       query: DeliveryListQuery,
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
@@ -231,7 +231,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
-        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or ${MAX_MANUAL_ATTEMPTS} manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
+        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or ${MAX_MANUAL_ATTEMPTS} manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
         tags: deliveryTags,
         ...secured,
       },

@@ -74,12 +74,30 @@ export class SecretBox {
    * what it may not show, or a kept answer that must not hold it in clear. Every instance sharing the key opens it.
    */
   sealText(purpose: string, boundTo: string, text: string): string {
-    const iv = randomBytes(IV_BYTES);
-    const cipher = createCipheriv("aes-256-gcm", this.derivedKey(purpose), iv).setAAD(Buffer.from(boundTo));
-    return Buffer.concat([iv, cipher.update(text, "utf8"), cipher.final(), cipher.getAuthTag()]).toString("base64url");
+    return this.sealWith(purpose, randomBytes(IV_BYTES), Buffer.from(boundTo), Buffer.from(text));
   }
 
-  /** openText decrypts what sealText made for the same purpose and binding, or returns null: another key, purpose or binding, or altered. */
+  /**
+   * sealTextAlike is sealText with the nonce derived from what it seals (an HMAC of the binding and
+   * the text under a key of its own), not drawn: the same text bound alike seals to the same string
+   * each time, so an answer carrying it reads the same whenever its data does (a list's cursor),
+   * and a nonce comes again only with what it sealed. openText opens it.
+   */
+  sealTextAlike(purpose: string, boundTo: string, text: string): string {
+    const bound = Buffer.from(boundTo);
+    const plain = Buffer.from(text);
+    // The binding's length first: a binding and a text are never read as another binding and text.
+    const hmac = new Bun.CryptoHasher("sha256", this.derivedKey(`${purpose} nonce`)).update(`${bound.length}:`).update(bound).update(plain);
+    return this.sealWith(purpose, hmac.digest().subarray(0, IV_BYTES), bound, plain);
+  }
+
+  /** sealWith encrypts `plain` under the key for `purpose` with nonce `iv` and additional data `bound`: sealText's form, base64url of nonce, ciphertext, tag. */
+  private sealWith(purpose: string, iv: Uint8Array, bound: Buffer, plain: Buffer): string {
+    const cipher = createCipheriv("aes-256-gcm", this.derivedKey(purpose), iv).setAAD(bound);
+    return Buffer.concat([iv, cipher.update(plain), cipher.final(), cipher.getAuthTag()]).toString("base64url");
+  }
+
+  /** openText decrypts what sealText or sealTextAlike made for the same purpose and binding, or returns null: another key, purpose or binding, or altered. */
   openText(purpose: string, boundTo: string, sealed: string): string | null {
     const payload = Buffer.from(sealed, "base64url");
     if (payload.length < IV_BYTES + TAG_BYTES) return null;

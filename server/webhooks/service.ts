@@ -4,10 +4,10 @@ import { randomBytes } from "node:crypto";
 import { listMeta, pageRows, pageWindow, parseListQuery, parseTimestampFilter, readListPage, type CursorPosition, type ListMeta } from "../http/list-query.ts";
 import { notFound, ProblemError, validationProblem } from "../shared/problem.ts";
 import { keepIdempotentResponse, keptProgress, saveIdempotentProgress, saveIdempotentResponse, type IdempotencyScope } from "../idempotency/service.ts";
-import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS } from "../limits/limits.ts";
+import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_SUBSCRIPTIONS, RECOVERY_GRACE_MS } from "../limits/limits.ts";
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
-import { madeByColumns, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
+import { changeMakerOf, commandOrigin, madeByColumns, makerKind, storedMaker, type ChangeMaker, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
 import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
@@ -85,7 +85,9 @@ export function toSubscription(row: SubscriptionRow): Subscription {
     status: shownStatus(row),
     disabled_at: toOptionalTimestamp(row.disabled_at),
     disabled_reason: row.disabled_reason,
+    disabled_by: makerKind(changeMakerOf(row.disabled_by)),
     paused_at: toOptionalTimestamp(row.paused_at),
+    paused_by: makerKind(changeMakerOf(row.paused_by)),
     max_rate: row.max_rate,
     failing_since: toOptionalTimestamp(row.failing_since),
     // A hold that has passed is left stored (the next one replaces it): it holds nothing.
@@ -209,12 +211,15 @@ export function newSubscriptionRow(id: string, input: SubscriptionInput, sealedS
     status: "active",
     disabled_at: null,
     disabled_reason: null,
+    disabled_by: null,
     paused_at: null,
+    paused_by: null,
     max_rate: input.max_rate ?? null,
     failing_since: null,
     held_until: null,
     created_at: now,
     updated_at: now,
+    updated_by: storedMaker(madeBy),
     ...madeByColumns(madeBy),
   };
 }
@@ -263,8 +268,8 @@ export async function openReplayedSecret(rt: Runtime, body: { data: Subscription
 }
 
 /** listSubscriptionsPage answers GET /webhook-subscriptions: newest first, filter `event`. */
-export async function listSubscriptionsPage(db: Database, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true });
+export async function listSubscriptionsPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Subscription[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: SUBSCRIPTION_FILTERS, fixedOrder: true }, secrets);
   const eventType = query.event as string | undefined;
   const { read, total } = await readListPage(
     db,
@@ -272,7 +277,7 @@ export async function listSubscriptionsPage(db: Database, query: Record<string, 
     (source) => listSubscriptions(source, eventType, pageWindow(list)),
     (source) => countSubscriptions(source, eventType),
   );
-  const meta = listMeta(list, total, read, (row: SubscriptionRow) => row.created_at, query, SUBSCRIPTION_FILTERS);
+  const meta = listMeta(list, total, read, (row: SubscriptionRow) => row.created_at);
   return { data: pageRows(list, read).map((row) => toSubscription(row)), meta };
 }
 
@@ -337,10 +342,10 @@ export interface DisabledWithMaker {
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
  * active subscription operator `operatorId` made or that was created with an API token they made, each with
- * its subscription.disabled event made by request `origin` (null: `crm operator remove`, a command); call subscriptionsDisabled with
+ * its disable and subscription.disabled event made by `origin` (the console's request, or `crm operator remove`); call subscriptionsDisabled with
  * what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, origin: ChangeOrigin | null, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, origin: ChangeOrigin, now: number): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
   for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
@@ -411,10 +416,11 @@ export async function resetSecretsKey(db: Database, box: SecretBox): Promise<Res
     const found = await lostKeySubscriptions(tx, box);
     if (typeof found === "string") return found;
     const now = Date.now();
+    const { madeBy } = commandOrigin("secrets-key reset");
     for (const row of found.rows) {
       // No subscription.disabled event: every subscription that could hear of it is disabled too.
       const reason = row.status === "disabled" ? `${LOST_SECRET_REASON}; disabled before that: ${row.disabled_reason}` : LOST_SECRET_REASON;
-      await replaceLostSecret(tx, row.id, box.seal(row.id, newSecret()), reason, now);
+      await replaceLostSecret(tx, row.id, box.seal(row.id, newSecret()), reason, now, madeBy);
     }
     await deleteSecretAnswers(tx);
     await recordReplacedSecretsKey(tx, box);
@@ -476,11 +482,13 @@ export async function failResetDeliveries(db: Database, subscriptions: ResetSubs
 
 /**
  * enableSubscription makes a disabled subscription active again (events from now on are delivered
- * to it; deliveries failed while it was disabled stay failed) and returns it. An active one is
+ * to it, at once: a hold its receiver asked for ends; deliveries failed while it was disabled stay
+ * failed) and returns it. An active one is
  * returned unchanged. One whose secret was lost with the secrets key is refused (409
  * secret-rotation-required) until its secret is rotated: it would sign with one no receiver knows.
+ * `by` is who enabled it (updated_by).
  */
-export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null = null): Promise<Subscription> {
+export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<Subscription> {
   // A disable whose process stopped before it had failed every pending delivery is finished first:
   // enabled, the subscription would send them.
   await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed);
@@ -495,7 +503,7 @@ export async function enableSubscription(rt: Runtime, id: string, idempotency: I
         `The subscription ${id} stays disabled until its secret is rotated: its signing secret was lost with the secrets key (crm secrets-key reset), and the one it has now is known to no receiver. Rotate it (POST /public/v1/webhook-subscriptions/${id}/rotate-secret), give the new secret to its receiver, then enable it.`,
       );
     }
-    const enabled = await enableSubscriptionRow(tx, id, now);
+    const enabled = await enableSubscriptionRow(tx, id, now, by);
     const subscription = toSubscription((await findSubscriptionById(tx, id))!);
     await saveIdempotentResponse(tx, idempotency, 200, { data: subscription }, now);
     return { subscription, enabled };
@@ -504,8 +512,8 @@ export async function enableSubscription(rt: Runtime, id: string, idempotency: I
   return subscription;
 }
 
-/** updateSubscription applies a PATCH (the description, the rate cap) and returns the subscription, or throws 404. */
-export async function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate): Promise<Subscription> {
+/** updateSubscription applies a PATCH (the description, the rate cap), made `by` whom, and returns the subscription, or throws 404. */
+export async function updateSubscription(rt: Runtime, id: string, input: SubscriptionUpdate, by: ChangeMaker | null): Promise<Subscription> {
   const fixed = [
     ...("target_url" in input ? [{ pointer: "/target_url", detail: "does not change in place: create a subscription to the new URL, confirm it receives, then delete this one" }] : []),
     ...("events" in input ? [{ pointer: "/events", detail: "do not change in place: create a subscription with the new events, confirm it receives, then delete this one" }] : []),
@@ -516,7 +524,7 @@ export async function updateSubscription(rt: Runtime, id: string, input: Subscri
     if (!current) throw notFound("webhook subscription", id);
     const settings = { description: input.description === undefined ? current.description : input.description, max_rate: input.max_rate === undefined ? current.max_rate : input.max_rate };
     if (settings.description === current.description && settings.max_rate === current.max_rate) return toSubscription(current);
-    await updateSubscriptionSettings(tx, id, settings, Date.now());
+    await updateSubscriptionSettings(tx, id, settings, Date.now(), by);
     return toSubscription((await findSubscriptionById(tx, id))!);
   });
 }
@@ -524,30 +532,31 @@ export async function updateSubscription(rt: Runtime, id: string, input: Subscri
 /**
  * rotateSecret gives a subscription a new signing secret, returned in full only here; the
  * previous one keeps signing beside it for `grace_hours` (default 24), so receivers can switch
- * at their own pace. A second rotation within the grace period drops the oldest secret.
+ * at their own pace. A second rotation within the grace period drops the oldest secret. `by` is
+ * who rotated it (updated_by).
  */
-export async function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
+export async function rotateSecret(rt: Runtime, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } }> {
   return rt.db.write(async (tx) => {
-    const rotated = await replaceSecret(rt, tx, id, input, idempotency);
+    const rotated = await replaceSecret(rt, tx, id, input, idempotency, by);
     if (!rotated) throw notFound("webhook subscription", id);
     return rotated;
   });
 }
 
 /** replaceSecret is rotateSecret inside the caller's write; null when there is no such subscription. */
-export async function replaceSecret(rt: Runtime, tx: Db, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } } | null> {
+export async function replaceSecret(rt: Runtime, tx: Db, id: string, input: SecretRotationInput, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<{ status: number; body: { data: SubscriptionWithSecret } } | null> {
   const secret = newSecret();
   const now = Date.now();
   const graceMs = (input.grace_hours ?? DEFAULT_SECRET_GRACE_HOURS) * 3_600_000;
-  if (!(await rotateSubscriptionSecret(tx, id, await sealInWrite(tx, rt.secrets, id, secret), now + graceMs, now))) return null;
+  if (!(await rotateSubscriptionSecret(tx, id, await sealInWrite(tx, rt.secrets, id, secret), now + graceMs, now, by))) return null;
   return answerWithSecret(tx, (await findSubscriptionById(tx, id))!, secret, 200, idempotency, now);
 }
 
-/** endRotationGrace stops a subscription's previous secret from signing now, or throws 404; it tells whether one was still signing. */
-export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean> {
+/** endRotationGrace stops a subscription's previous secret from signing now, `by` whom, or throws 404; it tells whether one was still signing. */
+export async function endRotationGrace(rt: Runtime, id: string, by: ChangeMaker | null): Promise<boolean> {
   return rt.db.write(async (tx) => {
     if (!await findSubscriptionById(tx, id)) throw notFound("webhook subscription", id);
-    return endSecretGrace(tx, id, Date.now());
+    return endSecretGrace(tx, id, Date.now(), by);
   });
 }
 
@@ -555,9 +564,9 @@ export async function endRotationGrace(rt: Runtime, id: string): Promise<boolean
  * pauseSubscription pauses (or resumes) a subscription: while paused its deliveries wait, pending,
  * and go out on resume. A disabled one is not paused (409): it sends nothing already, and its
  * enable is to make it active. Pausing a paused one or resuming an active one changes nothing and
- * answers the subscription as it is.
+ * answers the subscription as it is. `by` is who paused or resumed it (paused_by, updated_by).
  */
-export async function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null): Promise<{ status: number; body: { data: Subscription } }> {
+export async function pauseSubscription(rt: Runtime, id: string, paused: boolean, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<{ status: number; body: { data: Subscription } }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);
@@ -565,7 +574,7 @@ export async function pauseSubscription(rt: Runtime, id: string, paused: boolean
     if (paused && row.status !== "active") {
       throw new ProblemError(409, "subscription-disabled", `The subscription ${id} is disabled (${row.disabled_reason}); it sends nothing: enable it with POST /public/v1/webhook-subscriptions/${id}/enable, then pause it.`);
     }
-    const changed = await setSubscriptionPaused(tx, id, paused ? now : null, now);
+    const changed = await setSubscriptionPaused(tx, id, paused ? now : null, now, by);
     const body = { data: toSubscription(changed ? (await findSubscriptionById(tx, id))! : row) };
     await saveIdempotentResponse(tx, idempotency, 200, body, now);
     return { status: 200, body };
@@ -578,13 +587,13 @@ export interface RecoveryWindow {
   until: number;
 }
 
-/** recoveryWindow checks a recovery window: RFC 3339 times, since at most MAX_RECOVERY_DAYS ago, until after since and not in the future. */
+/** recoveryWindow checks a recovery window: RFC 3339 times, since at most MAX_RECOVERY_DAYS ago (and RECOVERY_GRACE_MS), until after since and not in the future. */
 export function recoveryWindow(input: RecoveryInput, now = Date.now()): RecoveryWindow {
   const since = parseTimestamp(input.since);
   const until = input.until === undefined ? now : parseTimestamp(input.until);
   const errors: { pointer: string; detail: string }[] = [];
   if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
-  else if (since < now - MAX_RECOVERY_DAYS * 86_400_000) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
+  else if (since < now - MAX_RECOVERY_DAYS * 86_400_000 - RECOVERY_GRACE_MS) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
   else if (since >= now) errors.push({ pointer: "/since", detail: "must be in the past" });
   if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
   else if (since !== null && since < now && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
@@ -671,7 +680,7 @@ export function webhooksDocument(): Record<string, unknown> {
 }
 
 /** sendTestEvent writes a webhook.ping event, made by the request `origin`, with one delivery to this subscription only; the loop sends it ahead of the subscription's backlog (recordPing). */
-export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, origin: ChangeOrigin | null): Promise<{ delivery_id: string; event_id: string }> {
+export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempotency: IdempotencyScope | null, origin: ChangeOrigin): Promise<{ delivery_id: string; event_id: string }> {
   return rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, subscriptionId);
@@ -683,14 +692,14 @@ export async function sendTestEvent(rt: Runtime, subscriptionId: string, idempot
 }
 
 /** addTestEvent is sendTestEvent's part inside a write, so the caller's write commits the ping with whatever else it records. */
-export async function addTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeOrigin | null, now: number): Promise<{ delivery_id: string; event_id: string }> {
+export async function addTestEvent(tx: Db, row: SubscriptionRow, origin: ChangeOrigin, now: number): Promise<{ delivery_id: string; event_id: string }> {
   if (row.status !== "active") throw new ProblemError(409, "subscription-disabled", `The subscription ${row.id} is disabled (${row.disabled_reason}); enable it with POST /public/v1/webhook-subscriptions/${row.id}/enable.`);
   return recordPing(tx, row, origin, now);
 }
 
 /** listDeliveriesPage answers GET /webhook-deliveries: newest first, filters subscription_id, event, event_id, request_id, status, created_after. */
-export async function listDeliveriesPage(db: Database, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
-  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true });
+export async function listDeliveriesPage(db: Database, secrets: SecretBox, query: Record<string, unknown>): Promise<{ data: Delivery[]; meta: ListMeta }> {
+  const list = parseListQuery(query, { sorts: ["created_at"], defaultSort: "created_at", defaultDirection: "desc", filters: DELIVERY_FILTERS, fixedOrder: true }, secrets);
   const filters = {
     subscriptionId: query.subscription_id as string | undefined,
     eventType: query.event as string | undefined,
@@ -707,7 +716,7 @@ export async function listDeliveriesPage(db: Database, query: Record<string, unk
     async (source) => listDeliveries(source, await plan(source), pageWindow(list)),
     async (source) => countMatchingDeliveries(source, await plan(source)),
   );
-  const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at, query, DELIVERY_FILTERS);
+  const meta = listMeta(list, total, read, (row: DeliveryRow) => row.created_at);
   return { data: pageRows(list, read).map(toDelivery), meta };
 }
 
@@ -761,6 +770,9 @@ export function eventErased(erasedAt: number): ProblemError {
   return new ProblemError(409, "event-erased", `The payload of this delivery's event was erased at ${toTimestamp(erasedAt)}, after its record was deleted; nothing of it is left to send.`);
 }
 
+/** attemptsCount says a number of attempts: "1 attempt", "3 attempts". */
+const attemptsCount = (n: number) => `${n} attempt${n === 1 ? "" : "s"}`;
+
 /** attemptRefusalProblem is the HTTP answer to a manual attempt the delivery loop did not make: its status and headers, in the API's words. */
 export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): ProblemError {
   switch (refusal.refused) {
@@ -773,7 +785,15 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
     case "manual-attempts-busy":
       return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
     case "subscription-attempts-busy":
-      return new ProblemError(503, "subscription-attempts-busy", `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
+      return new ProblemError(
+        503,
+        "subscription-attempts-busy",
+        refusal.cap === MAX_PER_SUBSCRIPTION
+          ? `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`
+          : `The subscription ${refusal.subscriptionId} has ${attemptsCount(refusal.cap)} under way on this instance, the most it sends at once to a receiver that left attempts unanswered (timed out, or no connection) until it answers again; retry the delivery in a moment.`,
+        undefined,
+        { "retry-after": "1" },
+      );
     case "subscription-deleted":
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
     case "subscription-disabled":
@@ -865,12 +885,16 @@ export interface WebhookEvent {
   payload: unknown;
   /** when the payload was erased; null: never */
   payload_erased_at: string | null;
+  /** who erased it; null: never, or erased before migration 0052 */
+  payload_erased_by: ChangeMaker | null;
   /** the contact or account it is about (the id in its data, kept by an erasure), or null */
   subject_id: string | null;
   /** the X-Request-Id of the request that made it (the console's "Request"); null: the service or a command made it, or before migration 0041 */
   request_id: string | null;
-  /** the API token whose request made it (the console's "Made by"; the API leaves it out); null: no API request, or before migration 0050 */
+  /** the API token whose request made it; null: no API request, or before migration 0050 */
   token_id: string | null;
+  /** who made it (the console's "Made by"; the API leaves it out): its token (token_id), an operator, a command, the delivery loop; null: recorded before migration 0052 by no API request */
+  made_by: ChangeMaker | null;
   deliveries: Delivery[];
 }
 
@@ -878,7 +902,20 @@ async function toWebhookEvents(db: Db, rows: StoredEvent[]): Promise<WebhookEven
   const deliveries = Map.groupBy((await listDeliveriesOfEvents(db, rows.map((row) => row.id))).map(toDelivery), (d) => d.event_id);
   return rows.map((row) => {
     const subject = (JSON.parse(row.payload) as { data?: { id?: unknown } } | null)?.data?.id;
-    return { id: row.id, type: row.type, created_at: toTimestamp(row.created_at), ...shownPayload(row), subject_id: typeof subject === "string" ? subject : null, request_id: row.request_id, token_id: row.token_id, deliveries: deliveries.get(row.id) ?? [] };
+    // An event an API request made before migration 0052 has its token_id only.
+    const madeBy = changeMakerOf(row.made_by) ?? (row.token_id === null ? null : { kind: "api_token" as const, id: row.token_id });
+    return {
+      id: row.id,
+      type: row.type,
+      created_at: toTimestamp(row.created_at),
+      ...shownPayload(row),
+      payload_erased_by: changeMakerOf(row.erased_by),
+      subject_id: typeof subject === "string" ? subject : null,
+      request_id: row.request_id,
+      token_id: row.token_id,
+      made_by: madeBy,
+      deliveries: deliveries.get(row.id) ?? [],
+    };
   });
 }
 

@@ -2,7 +2,7 @@ import type { Database as SqliteConnection } from "bun:sqlite";
 import type { Db, Dialect, SqlValue } from "../db/sql.ts";
 import { keysetOrder, unindexed } from "../db/keyset.ts";
 import type { CursorPosition } from "../http/list-query.ts";
-import type { MadeByColumns } from "../shared/made-by.ts";
+import { storedMaker, type ChangeMaker, type MadeByColumns } from "../shared/made-by.ts";
 import { redirectError } from "./attempt-errors.ts";
 import { RETRY_AFTER_CAP_MS } from "../limits/limits.ts";
 import type { DeliveryStatus } from "./model.ts";
@@ -15,6 +15,8 @@ export type EventRow = {
   request_id: string | null;
   /** the id of the API token that sent that request; null for a console form's, no request's, and those recorded before migration 0050 */
   token_id: string | null;
+  /** who made it (storedMaker): the API token, the console's operator, the command or the delivery loop; null for those recorded before migration 0052 */
+  made_by: string | null;
   created_at: number;
 }
 
@@ -37,6 +39,10 @@ export type SubscriptionRow = {
   disabled_reason: string | null;
   /** set while paused: deliveries wait until it is resumed */
   paused_at: number | null;
+  /** who paused it (storedMaker); null while not paused, and for a pause before migration 0052 */
+  paused_by: string | null;
+  /** who disabled it (storedMaker): an operator's removal, a command, the delivery loop; null while active, and for a disable before migration 0052 */
+  disabled_by: string | null;
   /** requests per second at most; null: no cap */
   max_rate: number | null;
   /** first failed attempt since the last successful one */
@@ -45,6 +51,8 @@ export type SubscriptionRow = {
   held_until: number | null;
   created_at: number;
   updated_at: number;
+  /** who made the change updated_at dates (storedMaker): its creation, a pause, a resume, an enable, a rotation, an edit; null before migration 0052 */
+  updated_by: string | null;
 } & MadeByColumns;
 
 /** shownStatus is the status a subscription shows: paused is an active one with paused_at set. */
@@ -162,7 +170,7 @@ function rowsInserter<T>(table: string, columns: string[], values: (row: T) => S
   };
 }
 
-const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "request_id", "token_id", "created_at"], (row) => [row.id, row.type, row.payload, row.request_id, row.token_id, row.created_at]);
+const eventRows = rowsInserter<EventRow>("events", ["id", "type", "payload", "request_id", "token_id", "made_by", "created_at"], (row) => [row.id, row.type, row.payload, row.request_id, row.token_id, row.made_by, row.created_at]);
 
 /** insertEvent stores one outbox event. */
 export async function insertEvent(db: Db, row: EventRow): Promise<void> {
@@ -177,8 +185,8 @@ export async function insertEvents(db: Db, rows: EventRow[]): Promise<void> {
 /** insertSubscription stores a subscription and indexes the event kinds it wants. */
 export async function insertSubscription(db: Db, row: SubscriptionRow, eventTypes: readonly string[]): Promise<void> {
   await db.run(
-    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, max_rate, failing_since, held_until, created_at, updated_at, created_by, created_by_email)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO webhook_subscriptions (id, target_url, description, events, secret, previous_secret, previous_secret_expires_at, secret_rotated_at, secret_test_delivery_id, secret_lost_at, status, disabled_at, disabled_reason, paused_at, paused_by, disabled_by, max_rate, failing_since, held_until, created_at, updated_at, updated_by, created_by, created_by_email)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       row.id,
       row.target_url,
@@ -194,11 +202,14 @@ export async function insertSubscription(db: Db, row: SubscriptionRow, eventType
       row.disabled_at,
       row.disabled_reason,
       row.paused_at,
+      row.paused_by,
+      row.disabled_by,
       row.max_rate,
       row.failing_since,
       row.held_until,
       row.created_at,
       row.updated_at,
+      row.updated_by,
       row.created_by,
       row.created_by_email,
     ],
@@ -384,11 +395,11 @@ export async function deleteSubscription(db: Db, id: string): Promise<boolean> {
  * (setSecretRotationTest) is forgotten: it tested the secrets that signed then. A secret lost with
  * the secrets key (secret_lost_at) is so no more: the new one is shown to the caller.
  */
-export async function rotateSubscriptionSecret(db: Db, id: string, secret: string, previousExpiresAt: number, now: number): Promise<boolean> {
+export async function rotateSubscriptionSecret(db: Db, id: string, secret: string, previousExpiresAt: number, now: number, by: ChangeMaker | null): Promise<boolean> {
   const changed = await db.run(
-    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, secret_test_delivery_id = NULL, secret_lost_at = NULL, updated_at = ?
+    `UPDATE webhook_subscriptions SET previous_secret = secret, secret = ?, previous_secret_expires_at = ?, secret_rotated_at = ?, secret_test_delivery_id = NULL, secret_lost_at = NULL, updated_at = ?, updated_by = ?
      WHERE id = ?`,
-    [secret, previousExpiresAt, now, now, id],
+    [secret, previousExpiresAt, now, now, storedMaker(by), id],
   );
   return changed > 0;
 }
@@ -398,24 +409,29 @@ export async function setSecretRotationTest(db: Db, id: string, deliveryId: stri
   await db.run("UPDATE webhook_subscriptions SET secret_test_delivery_id = ? WHERE id = ?", [deliveryId, id]);
 }
 
-/** endSecretGrace stops (and forgets) the previous secret of a subscription from `now` on; it tells whether one was still signing. */
-export async function endSecretGrace(db: Db, id: string, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET previous_secret = NULL, previous_secret_expires_at = ?, updated_at = ? WHERE id = ? AND previous_secret_expires_at > ?", [now, now, id, now])) > 0;
+/** endSecretGrace stops (and forgets) the previous secret of a subscription from `now` on, `by` whom; it tells whether one was still signing. */
+export async function endSecretGrace(db: Db, id: string, now: number, by: ChangeMaker | null): Promise<boolean> {
+  return (await db.run("UPDATE webhook_subscriptions SET previous_secret = NULL, previous_secret_expires_at = ?, updated_at = ?, updated_by = ? WHERE id = ? AND previous_secret_expires_at > ?", [now, now, storedMaker(by), id, now])) > 0;
 }
 
 /**
  * setSubscriptionPaused pauses (at `pausedAt`) a subscription that is not paused, or resumes (null)
- * one that is; it tells whether it changed. Pausing a paused one or resuming an active one changes
- * nothing, its updated_at and the first pause's time included, as a PATCH that changes nothing.
+ * one that is, `by` whom; it tells whether it changed. Pausing a paused one or resuming an active
+ * one changes nothing, its updated_at and the first pause's time and maker included, as a PATCH
+ * that changes nothing.
  */
-export async function setSubscriptionPaused(db: Db, id: string, pausedAt: number | null, now: number): Promise<boolean> {
-  const sql = pausedAt === null ? "UPDATE webhook_subscriptions SET paused_at = NULL, updated_at = ? WHERE id = ? AND paused_at IS NOT NULL" : "UPDATE webhook_subscriptions SET paused_at = ?, updated_at = ? WHERE id = ? AND paused_at IS NULL";
-  return (await db.run(sql, pausedAt === null ? [now, id] : [pausedAt, now, id])) > 0;
+export async function setSubscriptionPaused(db: Db, id: string, pausedAt: number | null, now: number, by: ChangeMaker | null): Promise<boolean> {
+  const maker = storedMaker(by);
+  const sql =
+    pausedAt === null
+      ? "UPDATE webhook_subscriptions SET paused_at = NULL, paused_by = NULL, updated_at = ?, updated_by = ? WHERE id = ? AND paused_at IS NOT NULL"
+      : "UPDATE webhook_subscriptions SET paused_at = ?, paused_by = ?, updated_at = ?, updated_by = ? WHERE id = ? AND paused_at IS NULL";
+  return (await db.run(sql, pausedAt === null ? [now, maker, id] : [pausedAt, maker, now, maker, id])) > 0;
 }
 
-/** updateSubscriptionSettings sets a subscription's description and rate cap; it tells whether the subscription exists. */
-export async function updateSubscriptionSettings(db: Db, id: string, settings: { description: string | null; max_rate: number | null }, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET description = ?, max_rate = ?, updated_at = ? WHERE id = ?", [settings.description, settings.max_rate, now, id])) > 0;
+/** updateSubscriptionSettings sets a subscription's description and rate cap, `by` whom; it tells whether the subscription exists. */
+export async function updateSubscriptionSettings(db: Db, id: string, settings: { description: string | null; max_rate: number | null }, now: number, by: ChangeMaker | null): Promise<boolean> {
+  return (await db.run("UPDATE webhook_subscriptions SET description = ?, max_rate = ?, updated_at = ?, updated_by = ? WHERE id = ?", [settings.description, settings.max_rate, now, storedMaker(by), id])) > 0;
 }
 
 /** RecoveryPosition is where a recovery stands in a subscription's history: the creation time and id of the last delivery it queued. */
@@ -456,22 +472,24 @@ export async function countFailedDeliveriesBetween(db: Db, subscriptionId: strin
   return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries d WHERE d.subscription_id = ? AND d.status = 'failed' AND d.created_at >= ? AND d.created_at < ? AND ${NOT_ERASED}`, [subscriptionId, since, until]))!.n;
 }
 
-/** disableSubscription marks a subscription disabled, saying when and why. */
-export async function disableSubscription(db: Db, id: string, reason: string, now: number): Promise<void> {
-  await db.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ? AND status = 'active'", [now, reason, now, id]);
+/** disableSubscription marks a subscription disabled, saying when, why and by whom. */
+export async function disableSubscription(db: Db, id: string, reason: string, now: number, by: ChangeMaker | null): Promise<void> {
+  const maker = storedMaker(by);
+  await db.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = ?, disabled_by = ?, updated_at = ?, updated_by = ? WHERE id = ? AND status = 'active'", [now, reason, maker, now, maker, id]);
 }
 
 /**
  * replaceLostSecret gives a subscription whose secrets were sealed with a lost secrets key a new
  * sealed secret, forgets the previous secret of a rotation (sealed with that key too) and the
- * console's test of it, and disables the subscription with `reason`, whatever its status, marking
- * its secret lost (secret_lost_at) until the next rotation.
+ * console's test of it, and disables the subscription with `reason`, `by` whom (the command),
+ * whatever its status, marking its secret lost (secret_lost_at) until the next rotation.
  */
-export async function replaceLostSecret(db: Db, id: string, sealedSecret: string, reason: string, now: number): Promise<void> {
+export async function replaceLostSecret(db: Db, id: string, sealedSecret: string, reason: string, now: number, by: ChangeMaker | null): Promise<void> {
+  const maker = storedMaker(by);
   await db.run(
     `UPDATE webhook_subscriptions SET secret = ?, previous_secret = NULL, previous_secret_expires_at = NULL, secret_test_delivery_id = NULL, secret_lost_at = ?,
-       status = 'disabled', disabled_at = ?, disabled_reason = ?, updated_at = ? WHERE id = ?`,
-    [sealedSecret, now, now, reason, now, id],
+       status = 'disabled', disabled_at = ?, disabled_reason = ?, disabled_by = ?, updated_at = ?, updated_by = ? WHERE id = ?`,
+    [sealedSecret, now, now, reason, maker, now, maker, id],
   );
 }
 
@@ -481,12 +499,18 @@ export async function listLostSecretSubscriptionIds(db: Db): Promise<Set<string>
 }
 
 /**
- * enableSubscription makes a disabled subscription active again, its failing streak forgotten, and
- * not paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it
- * waiting); it tells whether it was disabled.
+ * enableSubscription makes a disabled subscription active again, its failing streak forgotten, not
+ * paused (a pause a crm before 2026-11-28 let a disabled subscription take would keep it waiting)
+ * and not held: its receiver's Retry-After was asked of the sender before the operator mended it
+ * and enabled it; `by` whom; it tells whether it was disabled.
  */
-export async function enableSubscription(db: Db, id: string, now: number): Promise<boolean> {
-  return (await db.run("UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, failing_since = NULL, paused_at = NULL, updated_at = ? WHERE id = ? AND status = 'disabled'", [now, id])) > 0;
+export async function enableSubscription(db: Db, id: string, now: number, by: ChangeMaker | null): Promise<boolean> {
+  return (
+    (await db.run(
+      "UPDATE webhook_subscriptions SET status = 'active', disabled_at = NULL, disabled_reason = NULL, disabled_by = NULL, failing_since = NULL, paused_at = NULL, paused_by = NULL, held_until = NULL, updated_at = ?, updated_by = ? WHERE id = ? AND status = 'disabled'",
+      [now, storedMaker(by), id],
+    )) > 0
+  );
 }
 
 /** markSubscriptionFailing notes the first failed attempt of a streak. */
@@ -517,17 +541,29 @@ export async function holdSubscription(db: Db, id: string, until: number): Promi
 const heldClause = "(s.held_until IS NOT NULL AND s.held_until > ? AND s.held_until <= ?)";
 const heldParameters = (now: number) => [now, now + RETRY_AFTER_CAP_MS];
 
-/** countPendingDeliveriesOf counts a subscription's pending deliveries. */
-export async function countPendingDeliveriesOf(db: Db, subscriptionId: string): Promise<number> {
-  return (await db.get<{ n: number }>("SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending'", [subscriptionId]))!.n;
+/** countUnsentDeliveriesOf counts the pending deliveries of a subscription that no attempt holds at `now` (unleasedClause): those failUnsentDeliveries fails. */
+export async function countUnsentDeliveriesOf(db: Db, subscriptionId: string, now: number): Promise<number> {
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause}`, [subscriptionId, now]))!.n;
 }
 
-/** failPendingDeliveries ends at most `limit` pending deliveries of a subscription with the given reason and returns how many: fewer than `limit` leaves none pending. */
-export function failPendingDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+/**
+ * unleasedClause is the condition of a delivery no attempt holds at its one parameter, now: its
+ * lease, if any, has run out (its instance stopped without recording the attempt).
+ */
+const unleasedClause = "(locked_until IS NULL OR locked_until <= ?)";
+
+/**
+ * failUnsentDeliveries ends at most `limit` pending deliveries of a subscription with the given
+ * reason, those no attempt holds at `now` (unleasedClause), and returns how many: fewer than `limit`
+ * leaves none but those. A delivery with an attempt under way is left to it: the attempt ends it,
+ * succeeded or failed, as the receiver answers (failed here, it would be counted failed unsent, then
+ * end succeeded).
+ */
+export function failUnsentDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
   return db.run(
     `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
-     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' LIMIT ?)`,
-    [reason, now, subscriptionId, limit],
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause} LIMIT ?)`,
+    [reason, now, subscriptionId, now, limit],
   );
 }
 
@@ -1164,17 +1200,17 @@ export function listFailureReasons(db: Db, subscriptionId: string, since: number
   );
 }
 
-/** StoredEvent is an event as read back: with when its payload was erased (null: never). */
-export type StoredEvent = EventRow & { erased_at: number | null };
+/** StoredEvent is an event as read back: with when its payload was erased (null: never) and who erased it (storedMaker; null: never, or before migration 0052). */
+export type StoredEvent = EventRow & { erased_at: number | null; erased_by: string | null };
 
 /** findEventById returns one event, or null. */
 export function findEventById(db: Db, id: string): Promise<StoredEvent | null> {
-  return db.get<StoredEvent>("SELECT id, type, payload, request_id, token_id, erased_at, created_at FROM events WHERE id = ?", [id]);
+  return db.get<StoredEvent>("SELECT id, type, payload, request_id, token_id, made_by, erased_at, erased_by, created_at FROM events WHERE id = ?", [id]);
 }
 
 /** listEventsAbout returns the latest events about one contact or account (the id in their data), newest first. */
 export function listEventsAbout(db: Db, subjectId: string, limit: number): Promise<StoredEvent[]> {
-  return db.all<StoredEvent>("SELECT id, type, payload, request_id, token_id, erased_at, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
+  return db.all<StoredEvent>("SELECT id, type, payload, request_id, token_id, made_by, erased_at, erased_by, created_at FROM events WHERE subject_id = ? ORDER BY created_at DESC, id DESC LIMIT ?", [subjectId, limit]);
 }
 
 /** hasEventsAbout tells whether any event is about a contact or account (the id in its data). */
@@ -1186,19 +1222,19 @@ export async function hasEventsAbout(db: Db, subjectId: string): Promise<boolean
  * eraseEventsAbout replaces the payloads of at most `limit` not yet erased events of the given
  * kinds about one record (the id in their data), oldest first, with a marker holding only the
  * event's type, its id and the record's id (kept so that the subject index, migration 0015, still
- * finds them), marks them erased at `now`, and returns their ids.
+ * finds them), marks them erased at `now` by `by`, and returns their ids.
  */
-export async function eraseEventsAbout(db: Db, subjectId: string, types: readonly string[], now: number, limit: number): Promise<string[]> {
+export async function eraseEventsAbout(db: Db, subjectId: string, types: readonly string[], now: number, by: ChangeMaker | null, limit: number): Promise<string[]> {
   // Built in SQL so the marker's text never passes through a parse of the payload it replaces.
   const marker =
     db.dialect === "postgres"
       ? "CAST(json_build_object('type', type, 'event_id', id, 'data', json_build_object('id', CAST(? AS text))) AS text)"
       : "json_object('type', type, 'event_id', id, 'data', json_object('id', ?))";
   const rows = await db.all<{ id: string }>(
-    `UPDATE events SET payload = ${marker}, erased_at = ?
+    `UPDATE events SET payload = ${marker}, erased_at = ?, erased_by = ?
      WHERE id IN (SELECT id FROM events WHERE subject_id = ? AND type IN (${placeholders(types.length)}) AND erased_at IS NULL ORDER BY created_at, id LIMIT ?)
      RETURNING id`,
-    [subjectId, now, subjectId, ...types, limit],
+    [subjectId, now, storedMaker(by), subjectId, ...types, limit],
   );
   return rows.map((row) => row.id);
 }

@@ -183,9 +183,12 @@ export type Trigger = "scheduled" | "manual";
 
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
-  | { refused: "not-found" | "in-progress" | "shutting-down" | "manual-attempts-busy" | "secrets-key-replaced" }
+  | { refused: "not-found" }
+  | { refused: "in-progress" | "shutting-down" | "manual-attempts-busy" | "secrets-key-replaced" }
   | { refused: "event-erased"; erasedAt: number }
-  | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused" | "subscription-attempts-busy"; subscriptionId: string };
+  | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused"; subscriptionId: string }
+  /** `cap`: MAX_PER_SUBSCRIPTION, over every instance, or less, this instance's cut of a receiver that leaves attempts unanswered (ReceiverCaps) */
+  | { refused: "subscription-attempts-busy"; subscriptionId: string; cap: number };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
 export interface DeliveryOutcome {
@@ -497,6 +500,11 @@ export class DeliveryLoop {
   /** claimFailure is the last claim round's error while no round has succeeded since it failed, and since when; null when the last round succeeded. */
   get claimFailure(): { since: number; error: unknown } | null {
     return this.failingClaim;
+  }
+
+  /** receiversCut is how many subscriptions' receivers this instance sends fewer attempts at once (ReceiverCaps), each an entry in memory. */
+  get receiversCut(): number {
+    return this.caps.cutIds().length;
   }
 
   /** inFlightCount is the number of attempts under way. */
@@ -1057,7 +1065,7 @@ export class DeliveryLoop {
    * attemptNow makes a manual attempt of a delivery whatever its status, and resolves with null
    * once it is recorded, or with why it was not made: the delivery or its subscription is gone,
    * its event's payload was erased, the subscription is disabled or paused, an attempt of the delivery is under way,
-   * MAX_PER_SUBSCRIPTION of its subscription are, MAX_MANUAL_ATTEMPTS are, or the loop is
+   * MAX_PER_SUBSCRIPTION of its subscription are (or here as many as its receiver's cut cap), MAX_MANUAL_ATTEMPTS are, or the loop is
    * shutting down. `inRecordWrite` runs inside the write that records the outcome.
    */
   async attemptNow(id: string, inRecordWrite?: (tx: Db) => Promise<void>): Promise<AttemptRefusal | null> {
@@ -1077,7 +1085,12 @@ export class DeliveryLoop {
         if ((row.locked_until !== null && row.locked_until > now) || this.underWay().get(row.subscription_id)?.includes(id)) return { refused: "in-progress" };
         // Left running on the key crm secrets-key rotate replaced, this instance could not sign it: the attempt would send nothing and record nothing.
         if (!this.opensSigningSecrets(row)) return { refused: "secrets-key-replaced" };
-        if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id };
+        if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap: MAX_PER_SUBSCRIPTION };
+        // A receiver cut for leaving attempts unanswered gets no more at once by hand than the loop
+        // sends it: a few presses of Retry now would otherwise open as many requests at a receiver
+        // that hangs, each held for the whole timeout.
+        const cap = this.caps.capOf(row.subscription_id);
+        if ((this.perSubscription.get(row.subscription_id) ?? 0) >= cap) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap };
         // Counted in the claim's write, after the refusals above: writes run one at a time, so
         // requests arriving together each see the attempts claimed before them, and a request
         // refused as in progress is never counted as an attempt under way.
@@ -1166,17 +1179,21 @@ export class DeliveryLoop {
   /**
    * abortAttemptsOfMissedDeletes aborts, as abortAttemptsOfDeleted does, the attempts under way here
    * whose subscriptions no longer exist though no notification told of their deletes (the notify
-   * failed, or this listening connection was down): the safety net of instances sharing a database.
-   * One query, at most every sharedPollMs (each poll, then), and only while attempts are under way.
+   * failed, or this listening connection was down), and drops their receivers' cuts: the safety net
+   * of instances sharing a database. A cut receiver whose subscription was deleted has no attempt
+   * left to raise its cap back, so its entry would otherwise stay for the life of the process. One
+   * query, at most every sharedPollMs (each poll, then), and only while attempts are under way or
+   * receivers are cut.
    */
   private async abortAttemptsOfMissedDeletes(): Promise<void> {
-    const waiting = new Set([...this.inFlight].filter((attempt) => attempt.result === undefined).map((attempt) => attempt.due.subscription_id));
-    if (waiting.size === 0 || performance.now() - this.deletesCheckedAt < this.deps.sharedPollMs) return;
+    const known = new Set([...this.inFlight].filter((attempt) => attempt.result === undefined).map((attempt) => attempt.due.subscription_id));
+    for (const subscriptionId of this.caps.cutIds()) known.add(subscriptionId);
+    if (known.size === 0 || performance.now() - this.deletesCheckedAt < this.deps.sharedPollMs) return;
     this.deletesCheckedAt = performance.now();
     try {
-      for (const subscriptionId of await findDeletedSubscriptions(this.deps.db, [...waiting])) this.abortAttemptsOfDeleted(subscriptionId);
+      for (const subscriptionId of await findDeletedSubscriptions(this.deps.db, [...known])) this.abortAttemptsOfDeleted(subscriptionId);
     } catch (error) {
-      this.deps.log.warn("webhook delivery loop: cannot check for deleted subscriptions among those of the attempts under way; checked again at the next poll", { error: String(error) });
+      this.deps.log.warn("webhook delivery loop: cannot check for deleted subscriptions among those of the attempts under way and the receivers cut; checked again at the next poll", { error: String(error) });
     }
   }
 

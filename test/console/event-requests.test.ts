@@ -77,6 +77,8 @@ test("a delivery whose event no request made says so, and a request id no X-Requ
 // A deleted contact's events erased through the API: the console's delivery, event and contact
 // pages say when, and show nothing of the record, nor a Retry now the API would refuse.
 const ERASED = /Erased <time[^>]*>[^<]+<\/time>, after its contact or account was deleted: nothing of the record is kept, shown or sent any more\./;
+/** ERASED_BY is the event page's words for it, which say who erased it (the API token, linked). */
+const ERASED_BY = /Erased <time[^>]*>[^<]+<\/time> by <a href="\/console\/tokens#tok_\w+"><span>API token <bdi>test<\/bdi>[\s\S]*?<\/a> <span class="muted">\(<code>tok_\w+<\/code>\)<\/span>, after its contact or account was deleted: nothing of the record is kept, shown or sent any more\./;
 
 test("the delivery, event and contact pages of an erased contact's events say it was erased, and when, instead of the record", async () => {
   await api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/erased", events: ["contact.created", "contact.deleted"] });
@@ -98,7 +100,7 @@ test("the delivery, event and contact pages of an erased contact's events say it
   expect(deliveryPage).toContain('<h4>Request headers</h4><p class="muted headers-erased">erased with the payload</p>');
   expect(deliveryPage).not.toContain("v1,SignedErase7");
   const eventPage = (await client.get(`/console/events/${delivery.event_id}`)).text;
-  expect(eventPage).toMatch(ERASED);
+  expect(eventPage).toMatch(ERASED_BY);
   expect(eventPage).toContain(`href="/console/contacts/${contact.id}"`);
   const contactPage = (await client.get(`/console/contacts/${contact.id}`)).text;
   expect(contactPage.match(/<span class="tag">payload erased<\/span>/g)?.length).toBe(1);

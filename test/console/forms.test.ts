@@ -147,12 +147,12 @@ describe("a refused form names each field and the API's reason beside it, and th
     expect([await page.inputValue("input[name=since]"), await page.inputValue("input[name=until]")]).toEqual(["2001-01-01T00:00", "2001-01-02T00:00"]);
   }, SLOW);
 
-  test("a recovery window the preview took and the confirm refuses, its since past the 14 days meanwhile: the form again, with the field and why", async () => {
+  test("a recovery window the preview took and the confirm refuses, its since past the 14 days and their minute of grace meanwhile: the form again, with the field and why", async () => {
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://8.8.8.8/recover-late", events: ["contact.created"] })).data;
     const since = new Date(Date.now() - 86_400_000).toISOString().slice(0, 16);
     expect((await page.goto(url(`/console/subscriptions/${sub.id}/recover?since=${since}`)))?.status()).toBe(200);
-    // What the confirm carries once its minute has passed the 14 days (the preview counted none, so its button waits disabled).
-    const late = new Date(Math.floor((Date.now() - 14 * 86_400_000) / 60_000) * 60_000).toISOString();
+    // What the confirm carries once its minute has passed the 14 days and the minute of grace (the preview counted none, so its button waits disabled).
+    const late = new Date(Math.floor((Date.now() - 14 * 86_400_000) / 60_000) * 60_000 - 120_000).toISOString();
     await page.evaluate((value) => {
       (document.querySelector("form input[type=hidden][name=since]") as HTMLInputElement).value = value;
       (document.getElementById("recover-send") as HTMLButtonElement).disabled = false;

@@ -516,7 +516,7 @@ async function rowActionsOf(id: string): Promise<string[]> {
 test("after a secrets-key reset a subscription's row offers Rotate secret, not Enable; Enable sent from an older page is refused saying why, and changes nothing; once rotated it enables", async () => {
   const id = await addStoredSubscription(h.rt.db, Date.now());
   // What the reset does to each subscription: a new secret, sealed with the key it records, that no one was shown.
-  await h.rt.db.write((tx) => replaceLostSecret(tx, id, h.rt.secrets.seal(id, "whsec_bm8gcmVjZWl2ZXIga25vd3MgdGhpcw=="), LOST_SECRET_REASON, Date.now()));
+  await h.rt.db.write((tx) => replaceLostSecret(tx, id, h.rt.secrets.seal(id, "whsec_bm8gcmVjZWl2ZXIga25vd3MgdGhpcw=="), LOST_SECRET_REASON, Date.now(), null));
 
   const actions = [`/console/subscriptions/${id}`, `/console/?subscription_id=${id}`, `/console/rotations/new?from=${id}`, `/console/subscriptions/${id}/edit`];
   expect(await rowActionsOf(id)).toEqual([...actions, `/console/subscriptions/${id}/secret-rotation`, `/console/subscriptions/${id}/delete`]);

@@ -227,7 +227,7 @@ describe("secret rotation wizard", () => {
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Stopped rotation", events: ["contact.created"] })).data;
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 });
     await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
-    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
+    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now(), null));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), heading: await page.textContent("h1"), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
@@ -245,7 +245,7 @@ describe("secret rotation wizard", () => {
     const sub = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: r.url, description: "Held rotation", events: ["contact.created"] })).data;
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/rotate-secret`, { grace_hours: 24 });
     await page.goto(url(`/console/subscriptions/${sub.id}/secret-rotation`));
-    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, sub.id, Date.now(), Date.now()));
+    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, sub.id, Date.now(), Date.now(), null));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), heading: await page.textContent("h1"), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
@@ -401,7 +401,7 @@ describe("a delivery's page", () => {
     };
     const paused = await refusedRetry(() => server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/pause`));
     await server.api("POST", `/public/v1/webhook-subscriptions/${sub.id}/resume`);
-    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now()));
+    await server.runtime.db.write((tx) => disableSubscription(tx, sub.id, "every attempt failed", Date.now(), null));
     const disabled = await refusedRetry();
     // Deleted after its page was shown: the page shows no Retry now once it is gone.
     const deleted = await refusedRetry(() => server.api("DELETE", `/public/v1/webhook-subscriptions/${sub.id}`));

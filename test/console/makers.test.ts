@@ -5,6 +5,9 @@ import { findToken } from "../../server/auth/service.ts";
 import { lockDataDirectory } from "../../server/db/database.ts";
 import type { Config } from "../../server/config.ts";
 import type { Database } from "../../server/db/sql.ts";
+import { changeMakerOf, type ChangeMaker } from "../../server/shared/made-by.ts";
+import { SecretBox } from "../../server/webhooks/secrets.ts";
+import { resetSecretsKey } from "../../server/webhooks/service.ts";
 import { afterBlockingCommand, createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
 import { startReceiver, waitFor } from "../webhooks/support.ts";
 import { addOperator, ConsoleClient, formKeyOf, OPERATOR } from "./support.ts";
@@ -127,10 +130,10 @@ describe("the console shows who made each", () => {
     expect(madeByCells((await client.get("/console/subscriptions")).text, "data-subscription-id")).toEqual({
       [mine]: OPERATOR.email,
       [theirs]: `${COLLEAGUE.email} (removed)`,
-      [overApi]: `API token colleague's (${prefix}…)`,
+      [overApi]: `API token colleague's (${prefix}…) (${await id("colleague's")})`,
     });
     const madeByLine = async (subscription: string) => textOf(/<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${subscription}`)).text)![1]!);
-    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…)`]);
+    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…) (${await id("colleague's")})`]);
     // One made before the service recorded makers (migration 0047) is unknown.
     await h.rt.db.run("UPDATE webhook_subscriptions SET created_by = NULL, created_by_email = NULL WHERE id = ?", [mine]);
     expect(await madeByLine(mine)).toBe("Made by unknown");
@@ -153,11 +156,12 @@ async function madeByColleague(h: Harness, client: ConsoleClient, other: Console
 }
 
 const tokenStates = async (h: Harness) => (await h.rt.db.all<{ name: string; revoked_at: number | null }>("SELECT name, revoked_at FROM api_tokens ORDER BY created_at, id")).map((t) => ({ name: t.name, revoked: t.revoked_at !== null }));
-const subscriptionStates = (h: Harness) => h.rt.db.all("SELECT description, status, disabled_reason FROM webhook_subscriptions ORDER BY created_at, id");
+const subscriptionStates = async (h: Harness) =>
+  (await h.rt.db.all<{ description: string; status: string; disabled_reason: string | null; disabled_by: string | null }>("SELECT description, status, disabled_reason, disabled_by FROM webhook_subscriptions ORDER BY created_at, id")).map((s) => ({ ...s, disabled_by: changeMakerOf(s.disabled_by) }));
 const contactsWith = async (h: Harness, token: string) => (await h.request("GET", "/public/v1/contacts", { headers: { authorization: `Bearer ${token}` } })).status;
 
-/** expectTheirsStopped checks a removal with both boxes ticked: the colleague's token revoked (401), their two subscriptions disabled, each subscription.disabled made by request `requestId`; the others' left alone. */
-async function expectTheirsStopped(h: Harness, made: Awaited<ReturnType<typeof madeByColleague>>, requestId: string | null) {
+/** expectTheirsStopped checks a removal with both boxes ticked: the colleague's token revoked (401), their two subscriptions disabled by `madeBy`, each subscription.disabled made by request `requestId` and `madeBy`; the others' left alone. */
+async function expectTheirsStopped(h: Harness, made: Awaited<ReturnType<typeof madeByColleague>>, requestId: string | null, madeBy: ChangeMaker) {
   expect(await contactsWith(h, made.token)).toBe(401);
   expect(await tokenStates(h)).toEqual([
     { name: "test", revoked: false },
@@ -165,21 +169,21 @@ async function expectTheirsStopped(h: Harness, made: Awaited<ReturnType<typeof m
     { name: "from a shell", revoked: false },
   ]);
   expect(await subscriptionStates(h)).toEqual([
-    { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted" },
-    { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted" },
-    { description: "mine", status: "active", disabled_reason: null },
-    { description: "over-the-api", status: "active", disabled_reason: null },
+    { description: "theirs", status: "disabled", disabled_reason: "the operator who made it was removed from the console; enable it if it is still wanted", disabled_by: madeBy },
+    { description: "with-their-token", status: "disabled", disabled_reason: "the operator who made the API token it was created with was removed from the console; enable it if it is still wanted", disabled_by: madeBy },
+    { description: "mine", status: "active", disabled_reason: null, disabled_by: null },
+    { description: "over-the-api", status: "active", disabled_reason: null, disabled_by: null },
   ]);
-  const events = await h.rt.db.all<{ payload: string; request_id: string | null }>("SELECT payload, request_id FROM events WHERE type = 'subscription.disabled' ORDER BY id");
-  expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id])).toEqual([
-    [made.theirs, requestId],
-    [made.withTheirToken, requestId],
+  const events = await h.rt.db.all<{ payload: string; request_id: string | null; token_id: string | null; made_by: string | null }>("SELECT payload, request_id, token_id, made_by FROM events WHERE type = 'subscription.disabled' ORDER BY id");
+  expect(events.map((e) => [JSON.parse(e.payload).data.subscription_id, e.request_id, e.token_id, changeMakerOf(e.made_by)])).toEqual([
+    [made.theirs, requestId, null, madeBy],
+    [made.withTheirToken, requestId, null, madeBy],
   ]);
 }
 
 describe("removing an operator", () => {
   test("the confirmation lists the tokens and subscriptions they made; ticked, the removal revokes those tokens (the next request with one is 401) and disables their active subscriptions, with subscription.disabled made by its request", async () => {
-    const { h, client, other, colleague } = await setup();
+    const { h, client, other, ops, colleague } = await setup();
     const made = await madeByColleague(h, client, other);
     const prefix = made.token.slice(0, 12);
     const confirm = await client.get(`/console/operators/${colleague.id}/remove`);
@@ -193,7 +197,7 @@ describe("removing an operator", () => {
     expect([removed.status, removed.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
     const notice = textOf(/<div class="notice[^"]*"[^>]*>([\s\S]*?)<\/div>/.exec((await client.get(removed.headers.get("location")!)).text)![1]!);
     expect(notice).toBe("Operator removed. Their sessions have ended, and the links they made no longer work. 1 API token they made is revoked (requests with it get 401); 2 subscriptions they made are disabled.");
-    await expectTheirsStopped(h, made, removed.headers.get("x-request-id"));
+    await expectTheirsStopped(h, made, removed.headers.get("x-request-id"), { kind: "operator", id: ops.id, email: OPERATOR.email });
     // Sent again (a double click), the confirmation answers as the first did.
     const again = await client.post(`/console/operators/${colleague.id}/remove`, { form_key: formKeyOf(confirm.text), revoke_tokens: "yes", disable_subscriptions: "yes" });
     expect([again.status, again.headers.get("location")]).toEqual([303, "/console/operators?removed=1&revoked=1&disabled=2"]);
@@ -468,7 +472,7 @@ describe("on the command line", () => {
         err: "",
       });
       expect(await h.rt.db.get("SELECT email FROM operators WHERE id = ?", [colleague.id])).toBeNull();
-      if (switches.length > 0) return expectTheirsStopped(h, made, null);
+      if (switches.length > 0) return expectTheirsStopped(h, made, null, { kind: "command_line", command: "operator remove" });
       expect(await contactsWith(h, made.token)).toBe(200);
       expect((await subscriptionStates(h)).map((s: any) => s.status)).toEqual(["active", "active", "active", "active"]);
     });
@@ -513,5 +517,158 @@ describe("on the command line", () => {
     } finally {
       unlock();
     }
+  });
+});
+
+/** factOf reads, from an event's page, what its facts say under `term`, as text, and the address it links, if any. */
+function factOf(html: string, term: string): { text: string; href: string | null } {
+  const fact = new RegExp(`<dt>${term}</dt>\\s*<dd>([\\s\\S]*?)</dd>`).exec(html)![1]!;
+  return { text: textOf(fact), href: /<a href="([^"]+)"/.exec(fact)?.[1] ?? null };
+}
+
+/** lineOf reads a paragraph of a page by its id, as text, and the address it links, if any; null when the page has none. */
+function lineOf(html: string, id: string): { text: string; href: string | null } | null {
+  const line = new RegExp(`<p class="muted" id="${id}">([\\s\\S]*?)</p>`).exec(html)?.[1];
+  return line === undefined ? null : { text: textOf(line), href: /<a href="([^"]+)"/.exec(line)?.[1] ?? null };
+}
+
+/** changeMakers reads who paused, disabled and last changed a subscription, as stored. */
+async function changeMakers(h: Harness, id: string) {
+  const row = (await h.rt.db.get<{ paused_by: string | null; disabled_by: string | null; updated_by: string | null }>("SELECT paused_by, disabled_by, updated_by FROM webhook_subscriptions WHERE id = ?", [id]))!;
+  return { paused_by: changeMakerOf(row.paused_by), disabled_by: changeMakerOf(row.disabled_by), updated_by: changeMakerOf(row.updated_by) };
+}
+
+const shownTime = (iso: string) => `${iso.slice(0, 19).replace("T", " ")} UTC`;
+
+describe("who made a change", () => {
+  test("each event records its maker: the API token, the console's operator, the command (named), the delivery loop, and who erased it; the event's page says so, linking the token or operator", async () => {
+    const { h, client, ops } = await setup();
+    const tokenId = await tokenIdOf(h, "test");
+    const prefix = h.token.slice(0, 12);
+    const receiver = startReceiver();
+    try {
+      // A receiver that is gone: the delivery loop disables its subscription.
+      receiver.respond(() => new Response("gone", { status: 410 }));
+      const gone = (await h.json("POST", "/public/v1/webhook-subscriptions", { body: { target_url: receiver.url, description: "gone", events: ["contact.created"] } })).body.data.id;
+      const created = await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" }, headers: { "x-request-id": "import-row-1" } });
+      expect(created.status).toBe(201);
+      h.rt.deliveries.start();
+      await waitFor(async () => (await h.rt.db.get<{ status: string }>("SELECT status FROM webhook_subscriptions WHERE id = ?", [gone]))?.status === "disabled", "the 410 to disable the subscription");
+    } finally {
+      await h.rt.deliveries.stop(0);
+      await receiver.stop();
+    }
+    const contact = (await h.json("GET", "/public/v1/contacts?email=ada@example.com")).body.data[0].id;
+    const confirm = await client.get(`/console/contacts/${contact}/delete`);
+    const deleted = await client.post(`/console/contacts/${contact}/delete`, { form_key: formKeyOf(confirm.text) });
+    expect(deleted.status).toBe(303);
+    const user = (await h.json("POST", "/public/v1/users", { body: { email: "owner@example.com", name: "Owner" } })).body.data.id;
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace", assigned_user_id: user } })).status).toBe(201);
+    expect((await crm(h, ["user", "delete", user])).code).toBe(0);
+    expect((await crm(h, ["contact", "erase", contact])).code).toBe(0);
+
+    const api: ChangeMaker = { kind: "api_token", id: tokenId };
+    const operator: ChangeMaker = { kind: "operator", id: ops.id, email: OPERATOR.email };
+    const rows = await h.rt.db.all<{ id: string; type: string; request_id: string | null; token_id: string | null; made_by: string | null; erased_by: string | null }>("SELECT id, type, request_id, token_id, made_by, erased_by FROM events ORDER BY created_at, id");
+    expect(rows.map(({ id: _, ...e }) => ({ ...e, made_by: changeMakerOf(e.made_by), erased_by: changeMakerOf(e.erased_by) }))).toEqual([
+      { type: "contact.created", request_id: "import-row-1", token_id: tokenId, made_by: api, erased_by: { kind: "command_line", command: "contact erase" } },
+      { type: "subscription.disabled", request_id: null, token_id: null, made_by: { kind: "delivery_loop" }, erased_by: null },
+      { type: "contact.deleted", request_id: deleted.headers.get("x-request-id"), token_id: null, made_by: operator, erased_by: null },
+      { type: "contact.created", request_id: expect.any(String), token_id: tokenId, made_by: api, erased_by: null },
+      { type: "contact.updated", request_id: null, token_id: null, made_by: { kind: "command_line", command: "user delete" }, erased_by: null },
+    ]);
+    expect(await changeMakers(h, (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_subscriptions WHERE description = 'gone'"))!.id)).toEqual({ paused_by: null, disabled_by: { kind: "delivery_loop" }, updated_by: { kind: "delivery_loop" } });
+
+    const page = async (i: number) => (await client.get(`/console/events/${rows[i]!.id}`)).text;
+    const first = await page(0);
+    expect(factOf(first, "Made by")).toEqual({ text: `API token test (${prefix}…) (${tokenId})`, href: `/console/tokens#${tokenId}` });
+    expect(textOf(/<p class="payload-erased">([\s\S]*?)<\/p>/.exec(first)![1]!)).toStartWith("Erased ");
+    expect(textOf(/<p class="payload-erased">([\s\S]*?)<\/p>/.exec(first)![1]!)).toEndWith(" by command line (crm contact erase), after its contact or account was deleted: nothing of the record is kept, shown or sent any more.");
+    expect(factOf(await page(1), "Made by")).toEqual({ text: "the delivery loop", href: null });
+    expect(factOf(await page(2), "Made by")).toEqual({ text: OPERATOR.email, href: `/console/operators#${ops.id}` });
+    expect(factOf(await page(4), "Made by")).toEqual({ text: "command line (crm user delete)", href: null });
+    // The link finds the operator's row.
+    expect((await client.get("/console/operators")).text).toContain(`<tr id="${ops.id}" data-operator-id="${ops.id}">`);
+    // An event recorded before migration 0052 by an API request still names its token; one by no request, nobody.
+    await h.rt.db.run("UPDATE events SET made_by = NULL");
+    expect([factOf(await page(0), "Made by"), factOf(await page(4), "Made by")]).toEqual([
+      { text: `API token test (${prefix}…) (${tokenId})`, href: `/console/tokens#${tokenId}` },
+      { text: "unknown", href: null },
+    ]);
+  });
+
+  test("who paused, disabled and last changed a subscription is recorded: the API says which kind of maker, the subscription's page names them, linking the token or operator", async () => {
+    const { h, client, other, ops } = await setup();
+    const tokenId = await tokenIdOf(h, "test");
+    const prefix = h.token.slice(0, 12);
+    const api: ChangeMaker = { kind: "api_token", id: tokenId };
+    const operator: ChangeMaker = { kind: "operator", id: ops.id, email: OPERATOR.email };
+    const sub = await subscriptionOverApi(h, h.token, "watched");
+    const theirs = await subscriptionOnConsole(h, other, "theirs");
+    expect(await changeMakers(h, sub)).toEqual({ paused_by: null, disabled_by: null, updated_by: api });
+    const subscriptionPage = async (id: string) => (await client.get(`/console/subscriptions/${id}`)).text;
+
+    await subscriptionPage(sub);
+    expect((await client.post(`/console/subscriptions/${sub}/pause`, {})).status).toBe(303);
+    expect(await changeMakers(h, sub)).toEqual({ paused_by: operator, disabled_by: null, updated_by: operator });
+    const paused = (await h.json("GET", `/public/v1/webhook-subscriptions/${sub}`)).body.data;
+    expect(paused).toEqual({
+      id: sub,
+      target_url: "http://127.0.0.1:9/watched",
+      description: "watched",
+      events: ["contact.created"],
+      status: "paused",
+      disabled_at: null,
+      disabled_reason: null,
+      disabled_by: null,
+      paused_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      paused_by: "operator",
+      max_rate: null,
+      failing_since: null,
+      held_until: null,
+      secret: expect.stringMatching(/^whsec_.{4}…$/),
+      secret_rotated_at: null,
+      previous_secret_expires_at: null,
+      created_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+      updated_at: paused.paused_at,
+    });
+    let shown = await subscriptionPage(sub);
+    expect([lineOf(shown, "paused-by"), lineOf(shown, "changed-by")]).toEqual([
+      { text: `Paused by ${OPERATOR.email}`, href: `/console/operators#${ops.id}` },
+      { text: `Last changed at ${shownTime(paused.updated_at)} by ${OPERATOR.email}`, href: `/console/operators#${ops.id}` },
+    ]);
+
+    // Resumed and paused again through the API, its description edited on the console, its secret rotated through the API.
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/resume`)).body.data).toMatchObject({ status: "active", paused_by: null });
+    expect(await changeMakers(h, sub)).toEqual({ paused_by: null, disabled_by: null, updated_by: api });
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/pause`)).body.data).toMatchObject({ status: "paused", paused_by: "api_token" });
+    shown = await subscriptionPage(sub);
+    expect(lineOf(shown, "paused-by")).toEqual({ text: `Paused by API token test (${prefix}…) (${tokenId})`, href: `/console/tokens#${tokenId}` });
+    expect((await client.post(`/console/subscriptions/${sub}/edit`, { description: "watched closely" })).status).toBe(303);
+    expect(await changeMakers(h, sub)).toEqual({ paused_by: api, disabled_by: null, updated_by: operator });
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/rotate-secret`, { body: {} })).status).toBe(200);
+    expect(await changeMakers(h, sub)).toEqual({ paused_by: api, disabled_by: null, updated_by: api });
+
+    // Disabled by a command (their maker removed), enabled on the console, disabled by the secrets key's reset.
+    expect((await crm(h, ["operator", "remove", "--email", COLLEAGUE.email, "--disable-subscriptions"])).code).toBe(0);
+    const removal: ChangeMaker = { kind: "command_line", command: "operator remove" };
+    expect(await changeMakers(h, theirs)).toEqual({ paused_by: null, disabled_by: removal, updated_by: removal });
+    const disabled = (await h.json("GET", `/public/v1/webhook-subscriptions/${theirs}`)).body.data;
+    expect([disabled.status, disabled.disabled_by, disabled.paused_by]).toEqual(["disabled", "command_line", null]);
+    expect(lineOf(await subscriptionPage(theirs), "disabled-by")).toEqual({
+      text: `Disabled at ${shownTime(disabled.disabled_at)} by command line (crm operator remove): the operator who made it was removed from the console; enable it if it is still wanted`,
+      href: null,
+    });
+    expect((await client.post(`/console/subscriptions/${theirs}/enable`, {})).status).toBe(303);
+    expect(await changeMakers(h, theirs)).toEqual({ paused_by: null, disabled_by: null, updated_by: operator });
+    expect(lineOf(await subscriptionPage(theirs), "disabled-by")).toBeNull();
+    const reset = await resetSecretsKey(h.rt.db, new SecretBox(new Uint8Array(32).fill(9)));
+    expect(typeof reset).not.toBe("string");
+    const command: ChangeMaker = { kind: "command_line", command: "secrets-key reset" };
+    expect([await changeMakers(h, sub), await changeMakers(h, theirs)]).toEqual([
+      // A reset disables a paused subscription too; its pause stays recorded.
+      { paused_by: api, disabled_by: command, updated_by: command },
+      { paused_by: null, disabled_by: command, updated_by: command },
+    ]);
   });
 });

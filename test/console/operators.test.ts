@@ -166,7 +166,7 @@ describe("operators' last seen", () => {
   const ageSessions = (h: Harness, id: string, ms: number) => h.rt.db.run("UPDATE operator_sessions SET created_at = created_at - ?, last_seen_at = last_seen_at - ? WHERE operator_id = ?", [ms, ms, id]);
   /** lastSeenShown reads an operator's last seen from the operators page and from `operator list`. */
   const lastSeenShown = async (h: Harness, client: ConsoleClient, id: string) => {
-    const row = new RegExp(`<tr[^>]* data-operator-id="${id}">[\\s\\S]*?</tr>`).exec((await client.get("/console/operators")).text)![0];
+    const row = new RegExp(`<tr id="${id}" data-operator-id="${id}">[\\s\\S]*?</tr>`).exec((await client.get("/console/operators")).text)![0];
     const line = (await operatorCommand(h, ["list"])).out.split("\n").find((l) => l.startsWith(`${id}  `))!;
     return { page: /data-label="Last seen">\s*(?:<time datetime="([^"]+)"|<span class="muted">–)/.exec(row)![1] ?? null, cli: / last seen (\S+)$/.exec(line)![1] };
   };

@@ -63,7 +63,7 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
   ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }, "test"), [/contacts_full_name|VIRTUAL TABLE/]],
   ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q, "operator"))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
-  // Migration 0052: a deleted contact's email, on its tombstone.
+  // Migration 0053: a deleted contact's email, on its tombstone.
   ["search: a deleted contact's email", (db) => search(db, "gone@example.com", "operator"), [/SEARCH t USING INDEX tombstones_email \(email=\? AND resource=\?\)/]],
 ];
 
@@ -157,7 +157,7 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
       const query = { event: filters.eventType, ...(filters.subscriptionId ? { subscription_id: filters.subscriptionId } : { status: filters.status }), per_page: "1" };
       found[label] = {
         console: await drivingIndexes(async (db) => [await deliveriesAfter(db, filters, null, 1), await countMatchingDeliveries(db, filters)]),
-        api: await drivingIndexes((db) => listDeliveriesPage(db, query)),
+        api: await drivingIndexes((db) => listDeliveriesPage(db, h.rt.secrets, query)),
         ids: page.data.map((d) => d.id),
         total: await countMatchingDeliveries(h.rt.db, filters),
       };
@@ -177,7 +177,7 @@ describe("the deliveries list by event kind beside a subscription or unfinished 
       return spy.captured.filter((c) => c.sql.includes("FROM webhook_delivery_kind_hours") && !c.sql.includes("subscription_id")).length;
     };
     expect({
-      api: await kindCounts((db) => listDeliveriesPage(db, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
+      api: await kindCounts((db) => listDeliveriesPage(db, h.rt.secrets, { event: "webhook.ping", subscription_id: subscriptionId, per_page: "1" })),
       console: await kindCounts((db) => latestDeliveries(db, { event: "webhook.ping", subscription_id: subscriptionId })),
     }).toEqual({ api: 1, console: 1 });
   });

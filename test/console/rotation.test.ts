@@ -173,7 +173,7 @@ describe("rotation wizard", () => {
     const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/stopped-old", events: ["contact.created"] })).data;
     const { id } = await startRotation(server.runtime, session.operator, old.id, { target_url: "http://127.0.0.1:9/stopped-new", description: "Stopped replacement", events: ["contact.created"] }, "req-test");
     await page.goto(url(`/console/rotations/${id}`));
-    await server.runtime.db.write((tx) => disableSubscription(tx, id, "every attempt failed", Date.now()));
+    await server.runtime.db.write((tx) => disableSubscription(tx, id, "every attempt failed", Date.now(), null));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
@@ -188,7 +188,7 @@ describe("rotation wizard", () => {
     const old = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/held-old", events: ["contact.created"] })).data;
     const { id } = await startRotation(server.runtime, session.operator, old.id, { target_url: "http://127.0.0.1:9/held-new", description: "Held replacement", events: ["contact.created"] }, "req-test");
     await page.goto(url(`/console/rotations/${id}`));
-    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, id, Date.now(), Date.now()));
+    await server.runtime.db.write((tx) => setSubscriptionPaused(tx, id, Date.now(), Date.now(), null));
     const [answer] = await Promise.all([page.waitForNavigation(), page.click("#send-test")]);
     expect({ status: answer?.status(), refusal: await page.locator("#refusal").allTextContents(), sendTest: await page.locator("#send-test").count() }).toEqual({
       status: 409,
@@ -247,7 +247,7 @@ describe("rotation wizard", () => {
       await db.run("CREATE TRIGGER refuse_rotation_test BEFORE UPDATE OF test_delivery_id ON subscription_rotations FOR EACH ROW EXECUTE FUNCTION refuse_rotation_test()");
     }
     try {
-      await expect(sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", tokenId: null })).rejects.toThrow("refused");
+      await expect(sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", madeBy: null })).rejects.toThrow("refused");
     } finally {
       await db.run(db.dialect === "sqlite" ? "DROP TRIGGER refuse_rotation_test" : "DROP TRIGGER refuse_rotation_test ON subscription_rotations");
       if (db.dialect === "postgres") await db.run("DROP FUNCTION refuse_rotation_test()");
@@ -255,7 +255,7 @@ describe("rotation wizard", () => {
     expect(await db.all("SELECT event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([]);
     expect((await rotationView(db, id)).test).toBeNull();
 
-    await sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", tokenId: null });
+    await sendRotationTest(runtime, session, id, crypto.randomUUID(), { requestId: "req_test", madeBy: null });
     const view = await rotationView(db, id);
     expect(await db.all("SELECT id, event_type FROM webhook_deliveries WHERE subscription_id = ?", [id])).toEqual([{ id: view.test!.id, event_type: "webhook.ping" }]);
   });

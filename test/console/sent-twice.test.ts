@@ -121,7 +121,7 @@ test("the rotate-secret form rotates once: both answers show the one new secret,
     stored: { current, previous: subscription.secret },
   });
   // Retiring the previous secret is no new rotation: sent again, the form still shows the secret it made.
-  await endRotationGrace(server.runtime, subscription.id);
+  await endRotationGrace(server.runtime, subscription.id, null);
   const reloaded = await client.post(`/console/subscriptions/${subscription.id}/rotate-secret`, form);
   expect([reloaded.status, shownSecret(reloaded.text)]).toEqual([201, current]);
   expect(await stored()).toEqual({ current, previous: null });

@@ -216,7 +216,7 @@ export function seedDeliveries(db: Database, subscription: { id: string; target_
     const ids: string[] = [];
     for (const d of deliveries) {
       const eventId = newId("evt", d.at);
-      await insertEvent(tx, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), request_id: null, token_id: null, created_at: d.at });
+      await insertEvent(tx, { id: eventId, type: "contact.updated", payload: JSON.stringify({ type: "contact.updated", event_id: eventId, timestamp: new Date(d.at).toISOString(), data: { id: d.contact_id ?? newId("con", d.at) } }), request_id: null, token_id: null, made_by: null, created_at: d.at });
       const id = newId("dlv", d.at);
       await insertDelivery(tx, { id, event_id: eventId, event_type: "contact.updated", subscription_id: subscription.id, target_url: subscription.target_url, next_attempt_at: Date.now() + 86_400_000, created_at: d.at });
       const answered = d.status === "pending" ? d.response_status !== undefined || d.error !== undefined : true;

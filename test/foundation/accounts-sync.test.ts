@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createAccount, updateAccount } from "../../server/accounts/service.ts";
 import { listAccounts } from "../../server/accounts/store.ts";
 import { ACCOUNT_SORTS } from "../../server/accounts/model.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { capturing, queryPlan } from "../support/query-plans.ts";
 import { ISO, contactsNow, eventData, eventTypes, expectProblem, onNextCommit, postAccount, updatedContacts, validation } from "./support.ts";
 import { sqliteOnly } from "../support/backend.ts";
@@ -112,13 +112,13 @@ describe("accounts sync: happy paths", () => {
     for (const name of ["\u0001".repeat(200), "\u{1D160}".repeat(100)]) {
       const made: string[] = [];
       for (let i = 0; i < 3; i++) made.push((await account({ name })).id);
-      // each page: its status, its accounts, and whether its next_cursor is within the README's 1,750 characters
+      // each page: its status, its accounts, and whether its next_cursor is within the README's 1,687 characters
       const pages: { status: number; ids: string[]; short: boolean }[] = [];
       let cursor: string | null = null;
       do {
         const res: any = await h.json("GET", `/public/v1/accounts?name=${encodeURIComponent(name)}&sort_by=name&sort_direction=desc&per_page=1${cursor ? `&cursor=${cursor}` : ""}`);
         cursor = res.body.meta?.next_cursor ?? null;
-        pages.push({ status: res.status, ids: res.body.data?.map((a: any) => a.id), short: (cursor ?? "").length <= 1750 });
+        pages.push({ status: res.status, ids: res.body.data?.map((a: any) => a.id), short: (cursor ?? "").length <= 1687 });
       } while (cursor);
       expect(pages).toEqual([...made].reverse().map((id) => ({ status: 200, ids: [id], short: true })));
     }
@@ -231,7 +231,7 @@ describe("accounts sync: a delete unlinks its contacts a chunk per write", () =>
     const linked = await linkedContacts(35, a.id, b.id);
     const before = (await eventData(h)).length;
     // The first commit after the delete begins sends another write, which waits for one chunk, not the whole delete.
-    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null, null));
+    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null, UNKNOWN_ORIGIN));
     const res = await h.request("DELETE", `/public/v1/accounts/${a.id}`);
     expect([res.status, await res.text()]).toEqual([204, ""]);
     const created = (await meanwhile()).body.data;
@@ -261,7 +261,7 @@ describe("accounts sync: a delete unlinks its contacts a chunk per write", () =>
     expect((await h.json("GET", `/public/v1/contacts?account_id=${a.id}&per_page=1`)).body.meta.total).toBe(35);
 
     // Version 2 after the first chunk: If-Match "1" (and If-None-Match "2") would refuse a write made now.
-    const renamed = onNextCommit(h, () => updateAccount(h.rt, a.id, { name: "Acme Renamed" }, null, null));
+    const renamed = onNextCommit(h, () => updateAccount(h.rt, a.id, { name: "Acme Renamed" }, null, UNKNOWN_ORIGIN));
     const res = await h.request("DELETE", `/public/v1/accounts/${a.id}`, { headers: { "if-match": '"1"', "if-none-match": '"2"' } });
     expect([res.status, await res.text()]).toEqual([204, ""]);
     expect((await renamed()).version).toBe(2);

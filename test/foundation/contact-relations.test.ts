@@ -286,11 +286,23 @@ describe("contact relations: errors", () => {
     expect((await h.json("GET", "/public/v1/contacts?tag=a,,b")).body).toEqual(
       validation([{ parameter: "tag", detail: "must be at most 100 tags of 1 to 100 characters, comma-separated or repeated" }]),
     );
-    expect((await h.json("GET", `/public/v1/contacts?tag=${"x".repeat(101)}`)).body).toEqual(
-      validation([{ parameter: "tag", detail: "must be at most 100 tags of 1 to 100 characters, comma-separated or repeated" }]),
+    expect((await h.json("GET", `/public/v1/contacts?tag=a,${"x".repeat(101)}`)).body).toEqual(
+      validation([{ parameter: "tag", detail: "must be at most 100 tags of 1 to 100 characters, comma-separated or repeated: tag 2 has 101 characters (Unicode code points, as given)" }]),
     );
     // other parameters still may not repeat
     expect((await h.json("GET", "/public/v1/contacts?tag=a&email=x@y.z&email=x@y.z")).body).toEqual(validation([{ parameter: "email", detail: "must be given once" }]));
+  });
+
+  test("the tag filter counts a tag's characters as the OpenAPI document's pattern does, in code points as given: 100 emoji are taken (and find nothing), 101 are refused saying how they were counted", async () => {
+    const pattern = new RegExp((await h.json("GET", "/docs/json")).body.paths["/public/v1/contacts"].get.parameters.find((p: { name: string }) => p.name === "tag").schema.pattern, "u");
+    // Each is one code point, two UTF-16 code units; "e" and a combining acute are two code points that NFC makes one.
+    const taken = [`${"\u{1F600}".repeat(100)},b`, "e\u0301".repeat(50)];
+    const refused = "\u{1F600}".repeat(101);
+    expect([...taken, refused].map((tag) => pattern.test(tag))).toEqual([true, true, false]);
+    for (const tag of taken) expect((await h.json("GET", `/public/v1/contacts?tag=${encodeURIComponent(tag)}`)).body).toEqual({ data: [], meta: page(0) });
+    expect((await h.json("GET", `/public/v1/contacts?tag=${encodeURIComponent(refused)}`)).body).toEqual(
+      validation([{ parameter: "tag", detail: "must be at most 100 tags of 1 to 100 characters, comma-separated or repeated: tag 1 has 101 characters (Unicode code points, as given)" }]),
+    );
   });
 
   test("the deleted list answers a page of tombstones after since, refuses a bad since, and 410 past the retention", async () => {

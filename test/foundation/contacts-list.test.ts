@@ -1,11 +1,17 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createHash, randomBytes } from "node:crypto";
+import { createApp } from "../../server/app.ts";
 import { RenderedVersions } from "../../server/contacts/service.ts";
 import { createUser } from "../../server/users/service.ts";
+import { loadSecretsKey, SecretBox } from "../../server/webhooks/secrets.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
-import { expectProblem, validation } from "./support.ts";
+import { call, expectProblem, validation } from "./support.ts";
 
 let h: Harness;
 const all: any[] = [];
+
+/** NOT_OURS is the refusal of a cursor that does not open for the list it is given to. */
+const NOT_OURS = "is not a cursor from meta.next_cursor of this same list (same sort and filters), or is one from before the service was upgraded or its key replaced: read the list again from its first page";
 
 // Names repeat, differ only by case, or are missing, so sorts meet ties and NULLs.
 const FIRST = ["Ada", "ada", null, "Grace", "Alan", null, "Edsger", "Barbara", "Ada", "Linus"];
@@ -332,14 +338,14 @@ describe("contact list: happy paths", () => {
     const made: string[] = [];
     for (let i = 0; i < 3; i++) made.push((await h.json("POST", "/public/v1/contacts", { body: { first_name: name, tags } })).body.data.id);
     try {
-      // each page: its status, its contacts, and whether its next_cursor is within the README's 1,750 characters
+      // each page: its status, its contacts, and whether its next_cursor is within the README's 1,687 characters
       const walk = async (list: string) => {
         const pages: { status: number; ids: string[]; short: boolean }[] = [];
         let cursor: string | null = null;
         do {
           const res: any = await h.json("GET", `${list}&per_page=1${cursor ? `&cursor=${cursor}` : ""}`);
           cursor = res.body.meta?.next_cursor ?? null;
-          pages.push({ status: res.status, ids: res.body.data?.map((c: any) => c.id), short: (cursor ?? "").length <= 1750 });
+          pages.push({ status: res.status, ids: res.body.data?.map((c: any) => c.id), short: (cursor ?? "").length <= 1687 });
         } while (cursor);
         return pages;
       };
@@ -349,7 +355,7 @@ describe("contact list: happy paths", () => {
       // the cursor still belongs to its filters: the same list less one tag refuses it
       const first = await h.json("GET", `/public/v1/contacts?tag=${tags.join(",")}&per_page=1`);
       const fewer = await h.json("GET", `/public/v1/contacts?tag=${tags.slice(1).join(",")}&per_page=1&cursor=${first.body.meta.next_cursor}`);
-      expect(fewer.body).toEqual(validation([{ parameter: "cursor", detail: "is not a cursor from meta.next_cursor of this same list (same sort and filters)" }]));
+      expect(fewer.body).toEqual(validation([{ parameter: "cursor", detail: NOT_OURS }]));
     } finally {
       for (const id of made) await h.request("DELETE", `/public/v1/contacts/${id}`);
     }
@@ -501,26 +507,35 @@ describe("contact list: errors", () => {
     expect(res.body).toEqual(once("include"));
   });
 
-  test("cursor with page, tampered, or from another sort or filter is 422", async () => {
+  test("cursor with page, tampered, forged, or from another sort or filter is 422", async () => {
     const first = await h.json("GET", "/public/v1/contacts?per_page=5&sort_by=email");
     const cursor = first.body.meta.next_cursor as string;
+    const last = first.body.data[4];
     const bad = (detail: string) => parameterError("cursor", detail);
-    const notOurs = "is not a cursor from meta.next_cursor of this same list (same sort and filters)";
     expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&page=2&cursor=${cursor}`)).body).toEqual(bad("cannot be combined with page"));
-    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=first_name&cursor=${cursor}`)).body).toEqual(bad(notOurs));
-    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&sort_direction=asc&cursor=${cursor}`)).body).toEqual(bad(notOurs));
-    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&email=x@y.z&cursor=${cursor}`)).body).toEqual(bad(notOurs));
-    const decoded = JSON.parse(Buffer.from(cursor, "base64url").toString());
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=first_name&cursor=${cursor}`)).body).toEqual(bad(NOT_OURS));
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&sort_direction=asc&cursor=${cursor}`)).body).toEqual(bad(NOT_OURS));
+    expect((await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&email=x@y.z&cursor=${cursor}`)).body).toEqual(bad(NOT_OURS));
+    // What a client can make: the clear form cursors had before they were sealed (sort, direction,
+    // the unkeyed digest of the filters, the last row's sort value and id), true or not; a real one with a byte changed.
+    const clear = (parts: unknown[]) => Buffer.from(JSON.stringify(parts)).toString("base64url");
+    const noFilters = createHash("sha256").update("\u0000".repeat(6)).digest("base64url");
+    const sealed = Buffer.from(cursor, "base64url");
+    const changed = (at: number) => Buffer.from(sealed.map((byte, i) => (i === at ? byte ^ 1 : byte))).toString("base64url");
     for (const tampered of [
-      Buffer.from(JSON.stringify([...decoded.slice(0, 4), 42])).toString("base64url"),
-      Buffer.from(JSON.stringify(["email", "desc", decoded[2], { $gt: 1 }, decoded[4]])).toString("base64url"),
-      Buffer.from(JSON.stringify(decoded.slice(0, 4))).toString("base64url"),
+      clear(["email", "desc", noFilters, last.email, last.id]),
+      clear(["email", "desc", noFilters, last.email, 42]),
+      clear(["email", "desc", noFilters, { $gt: 1 }, last.id]),
+      clear(["email", "desc", noFilters, last.email]),
       Buffer.from("not json").toString("base64url"),
       "!!!",
       cursor.slice(0, -3),
+      changed(0),
+      changed(20),
+      changed(sealed.length - 1),
     ]) {
       const res = await h.json("GET", `/public/v1/contacts?per_page=5&sort_by=email&cursor=${encodeURIComponent(tampered)}`);
-      expect(res.body).toEqual(bad(notOurs));
+      expect({ tampered, body: res.body }).toEqual({ tampered, body: bad(NOT_OURS) });
     }
   });
 
@@ -534,7 +549,7 @@ describe("contact list: errors", () => {
       const next = await h.json("GET", `/public/v1/contacts?per_page=1&full_name=${encodeURIComponent(spaced)}&cursor=${cursor}`);
       expect([next.status, next.body.data.length]).toEqual([200, 1]);
       const plus = await h.json("GET", `/public/v1/contacts?per_page=1&full_name=${encodeURIComponent(spaced.replace(" ", "+"))}&cursor=${cursor}`);
-      expect(plus.body).toEqual(parameterError("cursor", "is not a cursor from meta.next_cursor of this same list (same sort and filters)"));
+      expect(plus.body).toEqual(parameterError("cursor", NOT_OURS));
     } finally {
       for (const contact of made) expect((await h.json("DELETE", `/public/v1/contacts/${contact.id}`)).status).toBe(204);
     }
@@ -553,6 +568,44 @@ describe("contact list: security", () => {
       expect(res.body.meta.total).toBe(0);
     }
     expect((await h.json("GET", "/public/v1/contacts")).body.meta.total).toBe(30);
+  });
+
+  test("a cursor shows nothing of the row it ends on nor of the filters: no email, no name, no unkeyed digest to confirm a guessed email with", async () => {
+    const accounts = [];
+    for (const suffix of ["Holdings", "Trading"]) accounts.push((await h.json("POST", "/public/v1/accounts", { body: { name: `Zygmunt Vexhollow ${suffix}`, domain: `zz-vexhollow-${suffix.toLowerCase()}.example` } })).body.data);
+    try {
+      // shows tells whether `text` can be read in a cursor, as it is or base64url-decoded, in any case.
+      const shows = (cursor: string, text: string) => [cursor, Buffer.from(cursor, "base64url").toString("utf8")].some((form) => form.toLowerCase().includes(text.toLowerCase()));
+      const lists = [
+        "/public/v1/contacts?sort_by=email&sort_direction=desc",
+        "/public/v1/contacts?sort_by=first_name&sort_direction=desc",
+        "/public/v1/contacts?sort_by=last_name&sort_direction=desc",
+        "/public/v1/contacts?email=person1@example.com",
+        "/public/v1/accounts?sort_by=name&sort_direction=desc",
+        "/public/v1/accounts?sort_by=domain&sort_direction=desc",
+      ];
+      for (const list of lists) {
+        const page = await h.json("GET", `${list}&per_page=1`);
+        const row = page.body.data[0];
+        const personal = [row.email, row.first_name, row.last_name, row.name, row.domain].filter((value) => typeof value === "string");
+        expect({ list, rows: page.body.data.length, shown: personal.filter((text) => shows(page.body.meta.next_cursor, text)) }).toEqual({ list, rows: 1, shown: [] });
+      }
+      // The digest cursors carried: SHA-256 of the filter values, which anyone can compute for a guessed email.
+      const cursor = (await h.json("GET", "/public/v1/contacts?email=person1@example.com&per_page=1")).body.meta.next_cursor;
+      const digest = createHash("sha256").update(["person1@example.com", "", "", "", "", "", ""].join("\u0000")).digest();
+      expect([shows(cursor, digest.toString("base64url")), Buffer.from(cursor, "base64url").includes(digest)]).toEqual([false, false]);
+    } finally {
+      for (const account of accounts) expect((await h.request("DELETE", `/public/v1/accounts/${account.id}`)).status).toBe(204);
+    }
+  });
+
+  test("a cursor pages on at every instance sharing the secrets key, and at none once the key is replaced (crm secrets-key rotate): 422, read the list from its first page", async () => {
+    const path = "/public/v1/contacts?per_page=5&sort_by=last_name";
+    const next = `${path}&cursor=${(await h.json("GET", path)).body.meta.next_cursor}`;
+    const withKey = (key: Uint8Array) => call(createApp({ ...h.rt, secrets: new SecretBox(key) }), "GET", next, { headers: { authorization: `Bearer ${h.token}` } });
+    const ids = (res: { status: number; body: any }) => [res.status, res.body.data?.map((c: any) => c.id)];
+    expect(ids(await withKey(loadSecretsKey(h.rt.config).key))).toEqual(ids(await h.json("GET", next)));
+    expect((await withKey(randomBytes(32))).body).toEqual(validation([{ parameter: "cursor", detail: NOT_OURS }]));
   });
 });
 

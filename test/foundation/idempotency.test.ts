@@ -4,7 +4,7 @@ import { createContact } from "../../server/contacts/service.ts";
 import { bodyFingerprint, canonicalJson, IDEMPOTENCY_RETENTION_MS, pruneIdempotencyKeys } from "../../server/idempotency/service.ts";
 import { sha256 } from "../../server/shared/crypto.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { Connection } from "../limits/support.ts";
 import { contactCount, expectProblem, listeningServer } from "./support.ts";
 
@@ -284,7 +284,7 @@ describe("idempotency: a key used again after its 24 hours", () => {
     // new request (reserved in the database on PostgreSQL) and before its answer is kept.
     const made = await h.rt.idempotency.run({ tokenId, method: "POST", path: "/public/v1/contacts", key: "reused-1", fingerprint: () => bodyFingerprint(body) }, async (scope) => {
       expect((await h.request("DELETE", `/public/v1/contacts/${old.id}`)).status).toBe(204);
-      return createContact(h.rt, body, scope, null);
+      return createContact(h.rt, body, scope, UNKNOWN_ORIGIN);
     });
     const created = JSON.parse(JSON.stringify(made.body));
     expect([made.status, made.replayed, created.data.email]).toEqual([201, false, "new@example.com"]);

@@ -353,7 +353,7 @@ describe("index use: every documented filter and sort", () => {
     expect(captured[2]!.params.at(-1)).toBe(3);
     expect(planOf(captured[3]!)).toEqual(["SEARCH c USING INDEX contacts_updated (updated_at>?)", "USE TEMP B-TREE FOR ORDER BY"]);
     const listed = capturing(h.rt.db);
-    await listContactsPage(listed.db, { updated_after: new Date(0).toISOString(), sort_by: "last_name", per_page: "5" }, "test");
+    await listContactsPage(listed.db, h.rt.secrets, { updated_after: new Date(0).toISOString(), sort_by: "last_name", per_page: "5" }, "test");
     expect(listed.captured.slice(0, 3).map((c) => c.sql)).toEqual([
       "SELECT count(*) AS n FROM contacts c WHERE c.updated_at > ?",
       "SELECT n FROM row_counts WHERE table_name = 'contacts'",
@@ -413,7 +413,7 @@ describe("index use: every documented filter and sort", () => {
     // an ASCII needle (LIKE), one beyond ASCII (each spelling), a trigram needle; two relations that share no contact
     for (const query of [{ full_name: "q" }, { full_name: "öq" }, { full_name: "qqq" }, { tag: "rare,old" }, { tag: "rare", updated_after: "2100-01-01T00:00:00Z" }]) {
       const { db, captured } = capturing(h.rt.db);
-      const listed = JSON.parse(await listContactsPage(db, { ...query, sort_by: "last_name" }, "test"));
+      const listed = JSON.parse(await listContactsPage(db, h.rt.secrets, { ...query, sort_by: "last_name" }, "test"));
       expect({ query, total: listed.meta.total, data: listed.data }).toEqual({ query, total: 0, data: [] });
       expect({ query, pages: captured.filter((c) => c.sql.startsWith("SELECT c.")).map((c) => c.sql) }).toEqual({ query, pages: [] });
     }
@@ -722,14 +722,14 @@ describe("index use: every documented filter and sort", () => {
 
   test("the whole list path, accounts by name and domain, and users use indexes", async () => {
     const { db, captured } = capturing(h.rt.db);
-    await listContactsPage(db, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" }, "test");
-    await listContactsPage(db, { per_page: "5", sort_by: "last_name" }, "test");
-    await listAccountsPage(db, { name: "acme" });
-    await listAccountsPage(db, { domain: "ACME.test" });
-    await listUsersPage(db, {});
+    await listContactsPage(db, h.rt.secrets, { email: "P1@example.com", include: "accounts,assigned_user,assigned_users" }, "test");
+    await listContactsPage(db, h.rt.secrets, { per_page: "5", sort_by: "last_name" }, "test");
+    await listAccountsPage(db, h.rt.secrets, { name: "acme" });
+    await listAccountsPage(db, h.rt.secrets, { domain: "ACME.test" });
+    await listUsersPage(db, h.rt.secrets, {});
     const since = new Date(Date.now() - 86_400_000).toISOString();
-    await listUsersPage(db, { updated_after: since, sort_by: "updated_at", per_page: "1" });
-    await listUsersPage(db, { sort_by: "updated_at", sort_direction: "desc", per_page: "1" });
+    await listUsersPage(db, h.rt.secrets, { updated_after: since, sort_by: "updated_at", per_page: "1" });
+    await listUsersPage(db, h.rt.secrets, { sort_by: "updated_at", sort_direction: "desc", per_page: "1" });
     await listDeletedPage({ ...h.rt, db }, "contact", { since });
     // Pages this short tell their totals: the counts a longer list runs are read here directly.
     await countAccounts(db, { name: "acme" });

@@ -220,11 +220,11 @@ describe("migrations: data", () => {
     expect(await db.all("SELECT id FROM events")).toEqual([]);
   });
 
-  test("0052 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
-    const version = MIGRATIONS.findIndex((m) => m.name === "0052_deleted_contacts_by_email.sql");
+  test("0053 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0053_deleted_contacts_by_email.sql");
     migrate(db.sqlite, MIGRATIONS.slice(0, version));
     await storeDeletionsBeforeEmails(db);
-    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0052_deleted_contacts_by_email.sql"]);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0053_deleted_contacts_by_email.sql"]);
     expect(await tombstoneEmails(db)).toEqual(EMAILS_AFTER);
   });
 

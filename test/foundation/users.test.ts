@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createAccount } from "../../server/accounts/service.ts";
 import { deleteUser, updateUser } from "../../server/users/service.ts";
 import { gone } from "../support/deleted-before-upgrade.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { ISO, contactsNow, eventData, expectProblem, onNextCommit, updatedContacts, validation } from "./support.ts";
 
 /** CHUNK is how many contacts each write of a user's delete takes the user off here (UNLINK_CHUNK in production): 35 contacts take four. */
@@ -172,7 +172,7 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     const assigned = await assignedContacts(grace.id, alan.id);
     const before = (await eventData(h)).length;
     // The first commit after the delete begins sends another write, which waits for one chunk, not the whole delete.
-    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null, null));
+    const meanwhile = onNextCommit(h, () => createAccount(h.rt, { name: "Meanwhile" }, null, UNKNOWN_ORIGIN));
     const res = await h.request("DELETE", `/public/v1/users/${grace.id}`);
     expect([res.status, await res.text()]).toEqual([204, ""]);
     const created = (await meanwhile()).body.data;
@@ -204,7 +204,7 @@ describe("users: a delete unassigns its contacts a chunk per write", () => {
     const alan = (await h.json("POST", "/public/v1/users", { body: { name: "Alan", email: "alan@example.com" } })).body.data;
     const assigned = await assignedContacts(grace.id, alan.id);
     const before = (await eventData(h)).length;
-    const other = onNextCommit(h, () => deleteUser(h.rt.db, grace.id, CHUNK, null));
+    const other = onNextCommit(h, () => deleteUser(h.rt.db, grace.id, CHUNK, UNKNOWN_ORIGIN));
     const res = await h.json("DELETE", `/public/v1/users/${grace.id}`);
     // Its first write committed: the 404 says so, as every refusal after the first write does.
     expect([res.status, res.body.detail]).toEqual([

@@ -435,6 +435,56 @@ describe("crm import contacts: accounts", () => {
     expect([await server.count(), await server.count("accounts")]).toEqual([3, 1]);
   }, 60_000);
 
+  test("an import stopped part-way, one of its new accounts deleted, then run again: the account is made again and the rows naming it are imported linked to it; running it again replays it all", async () => {
+    const file = join(server.dir, "staff.csv");
+    writeFileSync(file, "Email,First Name,Company,Website\nada@acme.example,Ada,Acme,acme.example\nbob@globex.example,Bob,Globex,globex.example\ncy@acme.example,Cy,Acme,acme.example\n");
+    // In front of the server, a proxy that refuses the second contacts batch (rows 2 and 3): the
+    // accounts and the first row are sent, then the import stops, as a crash would stop it.
+    let contactBatches = 0;
+    const proxy = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      async fetch(request) {
+        const url = new URL(request.url);
+        if (url.pathname === "/public/v1/contacts/batch" && ++contactBatches === 2) return Response.json({ detail: "stopped by the test" }, { status: 400 });
+        const headers = new Headers(request.headers);
+        headers.delete("host");
+        return fetch(`${server.url}${url.pathname}${url.search}`, { method: request.method, headers, body: await request.arrayBuffer() });
+      },
+    });
+    try {
+      const stopped = await runImport([file, "--url", proxy.url.href.replace(/\/$/, ""), "--token-file", server.tokenFile]);
+      expect([stopped.code, stopped.stdout, stopped.stderr.split("\n").at(-2)]).toEqual([2, "", "crm: import stopped: /public/v1/contacts/batch answered 400: stopped by the test"]);
+    } finally {
+      await proxy.stop(true);
+    }
+    const acme = (await api("GET", "/public/v1/accounts?domain=acme.example")).body.data[0];
+    expect((await api("DELETE", `/public/v1/accounts/${acme.id}`)).status).toBe(204);
+
+    const resumed = await runImport([file, ...apiArgs()]);
+    expect([resumed.code, resumed.stdout, resumed.stderr.split("\n").filter((line) => line.startsWith("accounts:") || line.includes("from an earlier run"))]).toEqual([
+      0,
+      "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n",
+      [
+        "accounts: 2 created or found",
+        'accounts: 1 no longer exists (deleted since this import or an earlier run of it found or made it), made or found again for the rows naming it: "Acme"',
+        "1 row was answered from an earlier run of this file or its --trial (within 24 h): its counts are that run's, and nothing was applied again",
+      ],
+    ]);
+    // Ada's row was answered from the stopped run: her link went with the account, as a contact deleted since is not made again.
+    expect(await contactAccounts()).toEqual([
+      { email: "bob@globex.example", name: "Globex", domain: "globex.example" },
+      { email: "cy@acme.example", name: "Acme", domain: "acme.example" },
+    ]);
+    const again = await runImport([file, ...apiArgs()]);
+    expect([again.code, again.stdout, replayNotes(again.stderr)]).toEqual([
+      0,
+      "imported: 3 rows: created 3, updated 0, unchanged 0, invalid 0\n",
+      ["3 rows were answered from an earlier run of this file or its --trial (within 24 h): their counts are that run's, and nothing was applied again"],
+    ]);
+    expect([await server.count(), await server.count("accounts")]).toEqual([3, 2]);
+  }, 60_000);
+
   test("a placeholder company (N/A, -, none) is no company, said on stderr by row, --dry-run too: no account groups those rows; a website beside it still names one", async () => {
     const csv = "Email,First Name,Company,Website\nann@a.example,Ann,N/A,\nben@b.example,Ben,N/A,\ncat@c.example,Cat,-,\ndan@d.example,Dan,none,dan.example\neve@e.example,Eve,Eve Ltd,\n";
     const note = 'Company: 4 values are a placeholder, each read as no company: row 1 "N/A", row 2 "N/A", row 3 "-", row 4 "none"\n';
@@ -469,6 +519,31 @@ describe("crm import contacts: the invalid-rows file, fixed and imported again",
     const res = await importText("people.invalid.invalid.csv", second.replace("bad-two", "two@example.com"));
     expect([res.code, res.stdout]).toEqual([0, "imported: 1 rows: created 1, updated 0, unchanged 0, invalid 0\n"]);
     expect(await server.count()).toBe(3);
+  }, 60_000);
+  test("a JSON Lines line refused as written, imported again from its invalid-rows file, keeps one import_row (the first file's) and one import_errors (the latest); fixed, it imports, as does a line an older crm gave two of each", async () => {
+    const precision = "id: is a number beyond ±9007199254740991 (2^53 - 1), past which numbers lose precision; send it as a string";
+    const bad = "email: must be an email address of at most 254 characters, its domain counted in ASCII form (müller.de as xn--mller-kva.de), or null";
+    expect((await importText("people.jsonl", '{"email": "ok@example.com"}\n{"id": 9007199254740993, "email": "big@example.com"}\n{"email": "bad-one"}\n')).code).toBe(1);
+    const first = readFileSync(join(server.dir, "people.invalid.jsonl"), "utf8");
+    expect((await importText("people.invalid.jsonl", first)).code).toBe(1);
+    const second = readFileSync(join(server.dir, "people.invalid.invalid.jsonl"), "utf8");
+    expect(second.split("\n")).toEqual([
+      `{"id": 9007199254740993, "email": "big@example.com","import_row":2,"import_errors":[${JSON.stringify(precision)}]}`,
+      `{"email":"bad-one","import_row":3,"import_errors":[${JSON.stringify(bad)}]}`,
+      "",
+    ]);
+    const fixed = second.replace("9007199254740993", '"9007199254740993"').replace("bad-one", "one@example.com");
+    const res = await importText("people.invalid.invalid.jsonl", fixed);
+    expect([res.code, res.stdout]).toEqual([0, "imported: 2 rows: created 2, updated 0, unchanged 0, invalid 0\n"]);
+    const older = await importText("older.invalid.jsonl", `{"email": "two@example.com", "id": 9007199254740995,"import_row":7,"import_errors":["x"],"import_row":1,"import_errors":["y"]}\n{"email": "three@example.com","import_row":8,"import_errors":["x"],"import_row":2,"import_errors":["y"]}\n`);
+    expect([older.code, older.stdout]).toEqual([1, `imported: 2 rows: created 1, updated 0, unchanged 0, invalid 1\ninvalid rows with their errors: ${join(server.dir, "older.invalid.invalid.jsonl")}\n`]);
+    expect(readFileSync(join(server.dir, "older.invalid.invalid.jsonl"), "utf8")).toBe(`{"email": "two@example.com", "id": 9007199254740995,"import_row":7,"import_errors":[${JSON.stringify(precision)}]}\n`);
+    expect(await server.db.all("SELECT email, external_id FROM contacts ORDER BY email")).toEqual([
+      { email: "big@example.com", external_id: "9007199254740993" },
+      { email: "ok@example.com", external_id: null },
+      { email: "one@example.com", external_id: null },
+      { email: "three@example.com", external_id: null },
+    ]);
   }, 60_000);
 });
 

@@ -24,7 +24,7 @@ import {
   MAX_TARGET_URL_LENGTH,
 } from "../../server/limits/limits.ts";
 import { contactCount, eventTypes, validation } from "../foundation/support.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { domainOfLength, emailOfLength, stringOfJsonBytes } from "./support.ts";
 
 let h: Harness;
@@ -83,7 +83,7 @@ describe("field limits: contacts, at the limit accepted, one over refused naming
 
   test(`account_ids: ${MAX_RELATED_IDS} ids`, async () => {
     const ids: string[] = [];
-    for (let i = 0; i <= MAX_RELATED_IDS; i++) ids.push((await createAccount(h.rt, { name: `Account ${i}` }, null, null)).body.data.id);
+    for (let i = 0; i <= MAX_RELATED_IDS; i++) ids.push((await createAccount(h.rt, { name: `Account ${i}` }, null, UNKNOWN_ORIGIN)).body.data.id);
     await contacts({ account_ids: ids.slice(0, MAX_RELATED_IDS) }, { account_ids: ids }, [
       { pointer: "/account_ids", detail: `must be a list of at most ${MAX_RELATED_IDS} distinct account ids (acc_...)` },
     ]);

@@ -12,6 +12,7 @@ import { contactCount } from "../foundation/support.ts";
 import { waitFor } from "../webhooks/support.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 import { sqliteOnly } from "../support/backend.ts";
+import { parseExposition } from "../ops/prometheus.ts";
 
 let h: Harness | undefined;
 afterEach(() => {
@@ -138,6 +139,28 @@ describe("rate limits: over the limit", () => {
       await running.stop();
       rmSync(dataDir, { recursive: true, force: true });
     }
+  });
+
+  // s37 cuthold: the 429s were counted under status="429" alone, so a dashboard could not tell a token over its reads from one over its writes, or from guessed tokens.
+  test("/metrics counts a 429 under the bucket that refused it, beside its method, route and status", async () => {
+    const metricsToken = "metrics-token-for-tests-0001";
+    h = await createHarness({ rateReadPerSecond: 1, rateReadBurst: 1, rateWritePerSecond: 1, rateWriteBurst: 1, authFailuresPerMinute: 1, metricsToken });
+    const statuses: number[] = [];
+    for (let i = 0; i < 2; i++) statuses.push((await h.request("GET", "/public/v1/contacts")).status);
+    for (let i = 0; i < 2; i++) statuses.push((await h.request("POST", "/public/v1/contacts", { body: { first_name: `n${i}` } })).status);
+    for (let i = 0; i < 2; i++) statuses.push((await h.request("GET", "/public/v1/accounts", { headers: { authorization: "Bearer crm_wrong" } })).status);
+    expect(statuses).toEqual([200, 429, 201, 429, 401, 429]);
+    const scrape = await h.request("GET", "/metrics", { headers: { authorization: `Bearer ${metricsToken}` } });
+    expect(scrape.status).toBe(200);
+    const counted = parseExposition(await scrape.text()).samples.filter((s) => s.name === "crm_http_requests_total" && s.labels.route !== "/metrics");
+    expect(counted).toEqual([
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/contacts", status: "200" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/contacts", status: "429", bucket: "read" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "POST", route: "/public/v1/contacts", status: "201" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "POST", route: "/public/v1/contacts", status: "429", bucket: "write" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts", status: "401" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts", status: "429", bucket: "failed-auth" }, value: 1 },
+    ]);
   });
 
   test("a refused request is refused before its body is read or validated", async () => {

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { Database } from "bun:sqlite";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, constants as fsConstants, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { dirname, join } from "node:path";
 import { ConfigError, DEFAULT_CONFIG, SETTINGS, fileKey, isFlag, loadConfig, redactedUrl } from "../../server/config.ts";
@@ -622,7 +622,7 @@ describe("configuration: invalid input names the setting", () => {
     await next.stop();
   });
 
-  test("while a serve holds the data directory, a command that would change the schema (an upgrade's migrate) or copy the database is refused; with nothing pending, commands run beside it", async () => {
+  test("while a serve holds the data directory, a command that would change the schema (an upgrade's migrate) or copy the database is refused; once it is gone the command migrates and says so; with nothing pending, commands run beside it", async () => {
     const dataDir = tempDir("held");
     // A database one migration behind this version, as the old version's serve left it.
     const old = openDatabase(databasePath(dataDir));
@@ -641,7 +641,8 @@ describe("configuration: invalid input names the setting", () => {
     } finally {
       unlock();
     }
-    expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir]).stdout).toBe(`applied ${MIGRATIONS.at(-1)!.name}\n`);
+    // Applied before the command's work, named on stderr as migrate names them on stdout.
+    expect(runCli([...SOURCE, "user", "list", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: "", stderr: `crm: applied ${MIGRATIONS.at(-1)!.name}\n` });
     // Up to date, nothing is locked: the usual commands work beside a running serve.
     const running = await startServer({ ...DEFAULT_CONFIG, port: 0, dataDir, logLevel: "error" }, createLogger("error", () => {}));
     try {
@@ -652,7 +653,7 @@ describe("configuration: invalid input names the setting", () => {
     }
   });
 
-  test("while another process has the database open without crm.lock (a serve from before 2026-11-27 took none), a command with migrations to apply is refused and changes nothing; commands that migrate nothing run beside it, and once it is gone the migration runs", async () => {
+  test("while another process has the database open without crm.lock (a serve from before 2026-11-27 took none), a command or serve with migrations to apply is refused and changes nothing; commands that migrate nothing run beside it, and once it is gone the migration runs", async () => {
     const dataDir = tempDir("held-unlocked");
     const file = join(dataDir, "crm.sqlite");
     const old = openDatabase(databasePath(dataDir));
@@ -664,7 +665,8 @@ describe("configuration: invalid input names the setting", () => {
       const reader = holder.stdout.getReader();
       expect(new TextDecoder().decode((await reader.read()).value)).toBe("open\n");
       const refusal = `crm: the database ${file} is open in another process that holds no crm.lock (a crm serve from before 2026-11-27, a crm command under way, or another program such as sqlite3): stop it before the schema is changed (pending: ${MIGRATIONS.at(-1)!.name})\n`;
-      for (const command of [["migrate"], ["token", "create", "--name", "n"], ["user", "list"]]) {
+      // serve too: it holds crm.lock, which an old serve does not look at.
+      for (const command of [["migrate"], ["token", "create", "--name", "n"], ["user", "list"], ["serve", "--port", "0"]]) {
         const refused = runCli([...SOURCE, ...command, "--data-dir", dataDir]);
         expect({ command, exitCode: refused.exitCode, stdout: refused.stdout, stderr: refused.stderr }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
       }
@@ -678,6 +680,43 @@ describe("configuration: invalid input names the setting", () => {
       await holder.exited;
     }
     expect(runCli([...SOURCE, "migrate", "--data-dir", dataDir])).toEqual({ exitCode: 0, stdout: `applied ${MIGRATIONS.at(-1)!.name}\n`, stderr: "" });
+  });
+
+  test("a command's migration runs on the connection that found the database open nowhere else: a process that opens the file while it runs is refused until it is done (the check and the change were two opens, with an instant between)", async () => {
+    const dataDir = tempDir("alone");
+    const file = join(dataDir, "crm.sqlite");
+    const old = openDatabase(databasePath(dataDir));
+    migrate(old.sqlite, MIGRATIONS.filter((m) => m.version < 11));
+    // A secret in clear: migration 0011 reads the secrets key to seal it, here from a pipe the test writes when it chooses.
+    old.sqlite.query("INSERT INTO webhook_subscriptions (id, target_url, events, secret, created_at, updated_at) VALUES ('sub_1', 'https://192.0.43.10/crm', '[\"contact.created\"]', 'whsec_plain', 1, 1)").run();
+    await old.close();
+    const keyPipe = join(dataDir, "secrets.key");
+    expect(Bun.spawnSync(["mkfifo", "-m", "600", keyPipe]).exitCode).toBe(0);
+    const migrating = Bun.spawn([...SOURCE, "migrate", "--data-dir", dataDir], { cwd: ROOT, env: { PATH: process.env.PATH ?? "" }, stdout: "pipe", stderr: "pipe" });
+    let writer: number | undefined;
+    try {
+      // The pipe opens for writing once the migration reads it: from then on it waits inside migration 0011.
+      const deadline = Date.now() + 30_000;
+      while (writer === undefined) {
+        try {
+          writer = openSync(keyPipe, fsConstants.O_WRONLY | fsConstants.O_NONBLOCK);
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== "ENXIO" || Date.now() > deadline) throw error;
+          await Bun.sleep(10);
+        }
+      }
+      // As an old serve starting then opens it: a WAL connection reading the schema, with no wait for locks.
+      const opener = Bun.spawnSync([process.execPath, "-e", `const { Database } = require("bun:sqlite"); const db = new Database(${JSON.stringify(file)}); db.run("PRAGMA busy_timeout = 0"); try { db.run("PRAGMA journal_mode = WAL"); console.log(db.query("SELECT count(*) AS n FROM schema_migrations").get().n); } catch (error) { console.log(error.code); }`]);
+      expect(opener.stdout.toString()).toBe("SQLITE_BUSY\n");
+      writeSync(writer, `${Buffer.alloc(32, 3).toString("base64")}\n`);
+      closeSync(writer);
+      writer = undefined;
+      expect({ exitCode: await migrating.exited, stdout: await new Response(migrating.stdout).text() }).toEqual({ exitCode: 0, stdout: `applied ${MIGRATIONS.filter((m) => m.version >= 11).map((m) => m.name).join(", ")}\n` });
+    } finally {
+      if (writer !== undefined) closeSync(writer);
+      migrating.kill();
+      await migrating.exited;
+    }
   });
 
   test("a database a newer crm migrated is refused by serve and every command, in one line, and left as it was", async () => {

@@ -106,7 +106,7 @@ describe("nginx in front: README's block and deploy/nginx-instances.conf", () =>
     }
   });
 
-  test("every server block logs requests by path, without their query strings: ?email= and ?full_name= lookups, and cursors carrying a row's email or name, which the service keeps out of its own log", () => {
+  test("every server block logs requests by path, without their query strings: ?email= and ?full_name= lookups, which the service keeps out of its own log", () => {
     // nginx's default format (combined) logs "$request", the request line with its query string.
     const query = /\$(request|request_uri|args|query_string|arg_\w+|http_referer)\b/;
     for (const config of Object.values(configs)) {

@@ -262,7 +262,7 @@ describe("metrics: Prometheus text format", () => {
     const res = await scrape(running.url);
     const refused = parseExposition(res.text).samples.filter((s) => s.name === "crm_http_requests_total" && ["401", "403", "429"].includes(s.labels.status!));
     expect(refused).toEqual([
-      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts", status: "429" }, value: 1 },
+      { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts", status: "429", bucket: "read" }, value: 1 },
       { name: "crm_http_requests_total", labels: { method: "GET", route: "/public/v1/accounts/:id", status: "401" }, value: 1 },
       { name: "crm_http_requests_total", labels: { method: "HEAD", route: "/public/v1/accounts/:id", status: "401" }, value: 1 },
       { name: "crm_http_requests_total", labels: { method: "DELETE", route: "/public/v1/webhook-subscriptions/:subscriptionId", status: "401" }, value: 1 },

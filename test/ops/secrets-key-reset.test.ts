@@ -192,7 +192,8 @@ describe("secrets-key reset: a lost key", () => {
       expect(crm(["secrets-key", "reset", CONFIRM, "--data-dir", dataDir])).toEqual({
         exitCode: 0,
         stdout: `disabled 0 webhook subscriptions, each with a new signing secret no receiver knows (0 pending deliveries failed unsent); the database now records the secrets key ${keyPath} as its own\n`,
-        stderr: `crm: created the key that encrypts webhook signing secrets, ${keyPath}; keep it with the database: backups do not include it\n`,
+        // The command migrates first, and names what it applied.
+        stderr: `crm: applied ${MIGRATIONS.filter((m) => m.version >= 25).map((m) => m.name).join(", ")}\ncrm: created the key that encrypts webhook signing secrets, ${keyPath}; keep it with the database: backups do not include it\n`,
       });
       expect(contents(dataDir)).toEqual({ subscriptions: [], deliveries: [], answers: [], keyChecks: 1 });
       const server = await serve(dataDir);

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
 import { listContactsPage } from "../../server/contacts/service.ts";
 import type { ContactSort } from "../../server/contacts/model.ts";
 import { countContacts, listContactVersions, type ContactFilters, type ContactPage } from "../../server/contacts/store.ts";
@@ -6,6 +7,7 @@ import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts
 import { migratePostgres } from "../../server/db/postgres-migrations.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import { capturing, postgresPlan, type Captured } from "../support/query-plans.ts";
+import { SecretBox } from "../../server/webhooks/secrets.ts";
 
 // A page whose few matches sit together in the sort order (a surname searched and sorted by
 // surname, the newest contacts sorted by their last change, a tag pair whose window missed):
@@ -18,6 +20,8 @@ const CONTACTS = 20_000;
 const START = 1_700_000_000_000;
 let server: TestDatabase;
 let db: PostgresDatabase;
+/** secrets seals the list's cursors: any key will do, no cursor is read back. */
+const secrets = new SecretBox(randomBytes(32));
 
 beforeAll(async () => {
   server = await createTestDatabase();
@@ -86,7 +90,7 @@ test("a page of few matches clustered in the sort order collects them and sorts 
 
 test("a name search beside a tag is counted before its page, which collects its few matches rather than walk the sort index", async () => {
   const { db: spy, captured } = capturing(db);
-  const listed = JSON.parse(await listContactsPage(spy, { full_name: "smith", tag: "half", sort_by: "last_name", per_page: "5" }, "test"));
+  const listed = JSON.parse(await listContactsPage(spy, secrets, { full_name: "smith", tag: "half", sort_by: "last_name", per_page: "5" }, "test"));
   expect(listed.meta.total).toBe(200);
   const plans = await Promise.all(fetches(captured).map((c) => postgresPlan(db, c)));
   expect({ counted: captured[0]!.sql.startsWith("SELECT count(*)"), walked: plans.map(walked("last_name")) }).toEqual({ counted: true, walked: plans.map(() => null) });

@@ -232,7 +232,8 @@ describe("postgres configuration: the schema", () => {
         expect({ command, ...crm(url, command) }).toEqual({ command, exitCode: 2, stdout: "", stderr: refusal });
       }
       expect(await there`SELECT tablename FROM pg_tables WHERE schemaname = 'public'`).toEqual([]);
-      expect(crm(url, ["token", "list", "--database-schema", "crm"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
+      const applied = POSTGRES_MIGRATIONS.filter((m) => m.version > 24).map((m) => m.name);
+      expect(crm(url, ["token", "list", "--database-schema", "crm"])).toEqual({ exitCode: 0, stdout: "", stderr: `crm: applied ${applied.join(", ")}\n` });
       expect(await there`SELECT count(*)::int AS applied FROM crm.schema_migrations`).toEqual([{ applied: POSTGRES_MIGRATIONS.length }]);
       expect(crm(url, ["token", "list"])).toEqual({ exitCode: 2, stdout: "", stderr: refusal });
       expect(await tablesByOwner(there, role)).toEqual([{ schemaname: "crm", tables: SERVICE_TABLES }]);
@@ -340,6 +341,15 @@ describe("postgres configuration: the role", () => {
           `crm: cannot migrate the PostgreSQL database (--database-url, CRM_DATABASE_URL) to ${last}, and nothing of it was applied: cannot execute CREATE TABLE in a read-only transaction; ` +
           "the server or the role is read-only (a standby, or default_transaction_read_only): point the database URL at the primary, with a role that may write\n",
       });
+    });
+  });
+
+  test("a command that applies migrations before its work names them on stderr in one line, as migrate names them on stdout", async () => {
+    await withRoleDatabase("applied", async ({ url, admin: there }) => {
+      expect(crm(url, ["migrate"]).exitCode).toBe(0);
+      await there`DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)`;
+      expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: `crm: applied ${POSTGRES_MIGRATIONS.at(-1)!.name}\n` });
+      expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
     });
   });
 

@@ -9,7 +9,7 @@ import type { CursorPosition } from "../../server/http/list-query.ts";
 import { createUser } from "../../server/users/service.ts";
 import { detachUserFromContacts, UNLINK_CHUNK } from "../../server/contacts/service.ts";
 import { countDeliveries, listDeliveries } from "../../server/webhooks/store.ts";
-import { createHarness, type Harness } from "../support/harness.ts";
+import { createHarness, UNKNOWN_ORIGIN, type Harness } from "../support/harness.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 import type { Db, SqlValue } from "../../server/db/sql.ts";
 import { capturing, type Captured } from "../support/query-plans.ts";
@@ -135,7 +135,7 @@ test("a deliveries page filtered by request_id, first or by cursor, and its coun
   expect(await Promise.all(captured.map(async (c) => (await planOf(c)).some((line) => line.includes("events_request"))))).toEqual([true, true, true]);
 });
 
-test("a deleted contact's email finds its tombstone through the tombstones' email index, not by reading every tombstone (migration 0052)", async () => {
+test("a deleted contact's email finds its tombstone through the tombstones' email index, not by reading every tombstone (migration 0053)", async () => {
   const { db, captured } = capturing(h.rt.db);
   expect(await findContactTombstonesByEmail(db, "gone@example.com", 50)).toEqual([]);
   // Sorted, not read in id order: the few tombstones of one email are sorted, where the primary key read in id order would read every contact's.
@@ -148,7 +148,7 @@ test("a user's delete finds its contacts through the indexes of assigned_user_id
   const captured: Captured[] = [];
   const unassigned = await h.rt.db.write((tx) => {
     const spy = { dialect: tx.dialect, all: (sql: string, params?: readonly SqlValue[]) => (captured.push({ sql, params: [...(params ?? [])] }), tx.all(sql, params)), get: tx.get.bind(tx), run: tx.run.bind(tx) } as Db;
-    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK, null);
+    return detachUserFromContacts(spy, leaving, Date.now(), UNLINK_CHUNK, UNKNOWN_ORIGIN);
   });
   expect(unassigned).toBe(1);
   // The chunk's lookup, then its UPDATE (by the ids found).

@@ -259,11 +259,11 @@ describe("postgres migrations: data, account domains", () => {
 });
 
 describe("postgres migrations: data, deleted contacts by email", () => {
-  test("0052 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
+  test("0053 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
     const old = await freshPostgres();
-    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 52));
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 53));
     await storeDeletionsBeforeEmails(old);
-    expect(await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version <= 52))).toEqual(["0052_deleted_contacts_by_email.sql"]);
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version <= 53))).toEqual(["0053_deleted_contacts_by_email.sql"]);
     expect(await tombstoneEmails(old)).toEqual(EMAILS_AFTER);
   });
 });

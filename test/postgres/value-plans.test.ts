@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
+import { randomBytes } from "node:crypto";
 import { listContactsPage, searchContacts } from "../../server/contacts/service.ts";
 import { openPostgres, type PostgresDatabase } from "../../server/db/postgres.ts";
 import { migratePostgres } from "../../server/db/postgres-migrations.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
+import { SecretBox } from "../../server/webhooks/secrets.ts";
 
 // Bun prepares every statement on its connection, and from the 6th run PostgreSQL may keep one
 // generic plan for it: for a name search that plan reads the whole trigram index and rechecks every
@@ -15,6 +17,8 @@ let searched: { server: TestDatabase; db: PostgresDatabase } | undefined;
 let db: PostgresDatabase;
 const USER = "usr_01M8PLANS0000000000000000";
 const ACCOUNT = "acc_01M8PLANS0000000000000000";
+/** secrets seals the list's cursors: any key will do, no cursor is read back. */
+const secrets = new SecretBox(randomBytes(32));
 
 beforeAll(async () => {
   const server = await createTestDatabase();
@@ -55,7 +59,7 @@ const namePlans = () =>
 test("name searches run again and again, through the API list and the console, are each planned for their own needle: never a generic plan", async () => {
   for (let run = 0; run < 8; run++) {
     for (const needle of ["a", "st1", "%%%"]) {
-      const listed = JSON.parse(await listContactsPage(db, { full_name: needle }, "test"));
+      const listed = JSON.parse(await listContactsPage(db, secrets, { full_name: needle }, "test"));
       expect({ needle, found: listed.meta.total > 0 }).toEqual({ needle, found: needle !== "%%%" });
       await searchContacts(db, { fullName: needle }, null, 10, "test");
     }
@@ -83,7 +87,7 @@ test("lists of several relations run again and again, a broad tag and a rare one
     "account_id&assigned_user_id": { account_id: ACCOUNT, assigned_user_id: USER },
   };
   for (let run = 0; run < 8; run++) {
-    const totals = Object.fromEntries(await Promise.all(Object.entries(queries).map(async ([name, query]) => [name, JSON.parse(await listContactsPage(db, { ...query, per_page: "5" }, "test")).meta.total])));
+    const totals = Object.fromEntries(await Promise.all(Object.entries(queries).map(async ([name, query]) => [name, JSON.parse(await listContactsPage(db, secrets, { ...query, per_page: "5" }, "test")).meta.total])));
     expect(totals).toEqual(expected);
   }
   const plans = await relationPlans();

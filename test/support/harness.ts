@@ -8,6 +8,7 @@ import { openBackend } from "../../server/db/backend.ts";
 import type { SqliteDatabase } from "../../server/db/database.ts";
 import type { Runtime } from "../../server/runtime.ts";
 import { createLogger, type Logger } from "../../server/shared/log.ts";
+import type { ChangeOrigin } from "../../server/shared/made-by.ts";
 import type { Network } from "../../server/webhooks/targets.ts";
 import { TEST_BACKEND, testBackend } from "./backend.ts";
 
@@ -86,6 +87,9 @@ export async function createHarness(overrides: Partial<Config> = {}, options: Ha
 
 /** PROBLEM_TYPE matches the type URN of every problem response. */
 export const PROBLEM_TYPE = /^urn:crm:problem:[a-z-]+$/;
+
+/** UNKNOWN_ORIGIN is the origin of a change a test makes by calling a service, whose maker it does not look at: no request, no maker. */
+export const UNKNOWN_ORIGIN: ChangeOrigin = { requestId: null, madeBy: null };
 
 /**
  * afterBlockingCommand lets the event loop turn once. The server's reads of one turn share one

@@ -1,8 +1,8 @@
 import type { Database } from "../../server/db/sql.ts";
 
-// What a crm before migration 0052 left of deleted contacts and an account: their tombstones,
+// What a crm before migration 0053 left of deleted contacts and an account: their tombstones,
 // without an email, and the events about them the delivery retention kept. The SQLite and the
-// PostgreSQL migration tests build it, upgrade it and read the emails 0052 gave the tombstones.
+// PostgreSQL migration tests build it, upgrade it and read the emails 0053 gave the tombstones.
 
 /** event is the payload of an event about a record, as the service writes it: an erased one holds only its type and ids. */
 const event = (type: string, id: string, data: Record<string, unknown>) => JSON.stringify({ type, event_id: id, data });
@@ -27,7 +27,7 @@ const TOMBSTONES_BEFORE = [
   ["account", "acc_gone"],
 ] as const;
 
-/** storeDeletionsBeforeEmails writes TOMBSTONES_BEFORE and EVENTS_BEFORE as a crm before 0052 could have stored them. */
+/** storeDeletionsBeforeEmails writes TOMBSTONES_BEFORE and EVENTS_BEFORE as a crm before 0053 could have stored them. */
 export function storeDeletionsBeforeEmails(db: Database): Promise<void> {
   return db.write(async (tx) => {
     for (const [id, type, subject, data, at, erased] of EVENTS_BEFORE) {
@@ -44,7 +44,7 @@ export async function tombstoneEmails(db: Database): Promise<unknown[]> {
 }
 
 /**
- * EMAILS_AFTER are the tombstones after 0052: a deleted contact keeps the email its newest event
+ * EMAILS_AFTER are the tombstones after 0053: a deleted contact keeps the email its newest event
  * held; the erased one, the one without an email, the one whose events are gone and the account
  * keep none.
  */

@@ -239,7 +239,7 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     const sub = await addStoredSubscription(h.rt.db, Date.now() - 2 * HOUR);
     await addStoredDeliveries(h.rt.db, sub, Date.now() - HOUR, "failed", 25);
     await tokenUsed();
-    const disabled = onNextCommit(h, () => h!.rt.db.write((tx) => disableSubscription(tx, sub, "the receiver answered 410 Gone to delivery dlv_X", Date.now())));
+    const disabled = onNextCommit(h, () => h!.rt.db.write((tx) => disableSubscription(tx, sub, "the receiver answered 410 Gone to delivery dlv_X", Date.now(), null)));
     const res = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { body: { since: new Date(Date.now() - 2 * HOUR).toISOString() } });
     await disabled();
     // The refusal says what the write before it did, which stays done.
@@ -354,9 +354,9 @@ describe("a stopped subscription's pending deliveries are failed a chunk per wri
     // As the stopping writes leave them, their deliveries not yet failed.
     await db.write(async (tx) => {
       await tx.run("DELETE FROM webhook_subscriptions WHERE id = ?", [deleted]);
-      await disableSubscription(tx, gone, "the receiver answered 410 Gone to delivery dlv_X", Date.now());
-      await disableSubscription(tx, failing, "every attempt failed since 2026-01-01T00:00:00Z, for 72 h (the limit is 72 h); enable it once the receiver works again", Date.now());
-      await disableSubscription(tx, lost, "lost", Date.now());
+      await disableSubscription(tx, gone, "the receiver answered 410 Gone to delivery dlv_X", Date.now(), null);
+      await disableSubscription(tx, failing, "every attempt failed since 2026-01-01T00:00:00Z, for 72 h (the limit is 72 h); enable it once the receiver works again", Date.now(), null);
+      await disableSubscription(tx, lost, "lost", Date.now(), null);
       await tx.run("UPDATE webhook_subscriptions SET secret_lost_at = ? WHERE id = ?", [Date.now(), lost]);
     });
     h.rt.deliveries.start();
@@ -374,7 +374,7 @@ describe("a stopped subscription's pending deliveries are failed a chunk per wri
     h = await createHarness({}, { batchRows: CHUNK });
     const sub = await addStoredSubscription(h.rt.db, Date.now() - HOUR);
     await addStoredDeliveries(h.rt.db, sub, Date.now() - HOUR, "pending", 25);
-    await h.rt.db.write((tx) => disableSubscription(tx, sub, "every attempt failed since 2026-01-01T00:00:00Z, for 72 h (the limit is 72 h); enable it once the receiver works again", Date.now()));
+    await h.rt.db.write((tx) => disableSubscription(tx, sub, "every attempt failed since 2026-01-01T00:00:00Z, for 72 h (the limit is 72 h); enable it once the receiver works again", Date.now(), null));
     const res = await h.json("POST", `/public/v1/webhook-subscriptions/${sub}/enable`);
     expect([res.status, res.body.data.status]).toEqual([200, "active"]);
     expect(await statuses(h.rt.db, sub)).toEqual({ "failed: not sent: the subscription was disabled after its attempts failed for too long": 25 });

@@ -125,7 +125,7 @@ describe("delivery totals from the hourly counts", () => {
     const totals: Record<string, number> = {};
     const plain: Record<string, number> = {};
     for (const [label, query] of Object.entries(queries)) {
-      reads[label] = await countReads((db) => listDeliveriesPage(db, { per_page: "1", ...query }));
+      reads[label] = await countReads((db) => listDeliveriesPage(db, h.rt.secrets, { per_page: "1", ...query }));
       totals[label] = (await h.json("GET", `/public/v1/webhook-deliveries?${new URLSearchParams({ per_page: "1", ...query })}`)).body.meta.total;
       plain[label] = plainCount({
         subscriptionId: query.subscription_id,

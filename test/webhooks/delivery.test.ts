@@ -430,7 +430,7 @@ describe("webhook deliveries: failures and retries", () => {
     expect((await batch("Globex")).status).toBe(200);
     await waitFor(() => answers.most() === MAX_PER_SUBSCRIPTION, `${MAX_PER_SUBSCRIPTION} requests open at the mended receiver`).finally(answers.give);
     // Read from the service, not the API: polled, the API's rate limit would answer 429.
-    const succeeded = async () => (await listDeliveriesPage(h.rt.db, { subscription_id: sub.id, status: "succeeded", per_page: "100" })).data.length;
+    const succeeded = async () => (await listDeliveriesPage(h.rt.db, h.rt.secrets, { subscription_id: sub.id, status: "succeeded", per_page: "100" })).data.length;
     await waitFor(async () => (await succeeded()) === MAX_PER_SUBSCRIPTION, "the mended receiver's deliveries succeeded");
   });
 

@@ -298,6 +298,13 @@ describe("recovery: errors", () => {
     expect((await h.json("POST", path, { body: { since: "yesterday" } })).body.errors).toEqual([{ pointer: "/since", detail: "must be an RFC 3339 date-time" }]);
   });
 
+  test("a window starting at the 14-day edge, or up to a minute past it, is taken: a count taken there is confirmed a moment later", async () => {
+    h = await scope.harness();
+    const sub = await h.subscribe(receiver().url, ["contact.created"]);
+    const since = new Date(Date.now() - 14 * 24 * HOUR - 30_000).toISOString();
+    expect(await h.json("POST", subscriptionPath(sub.id, "recover"), { body: { since } })).toMatchObject({ status: 202, body: { data: { subscription_id: sub.id, since, queued: 0 } } });
+  });
+
   test("a leap second (second 60 at 23:59 UTC) is read as 23:59:59.999, as the time filters read it, not refused as no date-time; second 60 of another minute is", async () => {
     h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
@@ -431,7 +438,7 @@ describe("pause, resume and description", () => {
     await h.subscribe(control.url, ["contact.created"]);
     const res = await h.json("POST", subscriptionPath(sub.id, "pause"));
     expect(res.status).toBe(200);
-    expect(res.body.data).toEqual({ ...sub, secret: expect.stringMatching(/^whsec_.{4}…$/), status: "paused", paused_at: expect.stringMatching(ISO), updated_at: res.body.data.paused_at });
+    expect(res.body.data).toEqual({ ...sub, secret: expect.stringMatching(/^whsec_.{4}…$/), status: "paused", paused_at: expect.stringMatching(ISO), paused_by: "api_token", updated_at: res.body.data.paused_at });
     // Pausing again keeps the first pause's time.
     expect((await h.json("POST", subscriptionPath(sub.id, "pause"))).body.data.paused_at).toBe(res.body.data.paused_at);
     await createContact();

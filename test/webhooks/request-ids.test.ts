@@ -1,6 +1,7 @@
 import { describe, expect, test } from "bun:test";
 import { createApiToken } from "../../server/auth/service.ts";
 import { createLogger } from "../../server/shared/log.ts";
+import { commandOrigin } from "../../server/shared/made-by.ts";
 import { deleteUser } from "../../server/users/service.ts";
 import { addStoredDeliveries, addStoredSubscription, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
@@ -178,10 +179,10 @@ describe("the request that made an event", () => {
     expect(JSON.stringify(await h.rt.db.all("SELECT * FROM events"))).not.toContain(zapier.token);
     const line = await waitFor(() => lines.find((l) => l.msg === "request" && l.method === "DELETE"), "the DELETE's log line");
     expect(line).toEqual({ time: expect.any(String), level: "info", msg: "request", request_id: "nightly-cleanup-42", token_id: zapier.info.id, method: "DELETE", path: `/public/v1/contacts/${id}`, status: 204, duration_ms: expect.any(Number) });
-    // The command line's user delete (crm user delete) is made by no request: no token either.
+    // The command line's user delete (crm user delete) is made by no request: no token either, the command its maker.
     const user = await send("POST", "/public/v1/users", null, { email: "owner@example.com", name: "Owner" });
     await send("POST", "/public/v1/contacts", null, { first_name: "Grace", assigned_user_id: user.body.data.id });
-    await deleteUser(h.rt.db, user.body.data.id, 100, null);
-    expect(await h.rt.db.get("SELECT request_id, token_id FROM events WHERE type = 'contact.updated'")).toEqual({ request_id: null, token_id: null });
+    await deleteUser(h.rt.db, user.body.data.id, 100, commandOrigin("user delete"));
+    expect(await h.rt.db.get("SELECT request_id, token_id, made_by FROM events WHERE type = 'contact.updated'")).toEqual({ request_id: null, token_id: null, made_by: '{"kind":"command_line","command":"user delete"}' });
   });
 });

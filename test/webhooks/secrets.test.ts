@@ -19,6 +19,7 @@ import { loadSecretsKey, SecretBox, SecretUnreadable } from "../../server/webhoo
 import { runCli, SOURCE } from "../ops/support.ts";
 import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 import { writeSecretsKeyFile } from "../support/backend.ts";
+import { UNKNOWN_ORIGIN } from "../support/harness.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -98,7 +99,7 @@ describe("sealed secrets: happy paths", () => {
       expect(await storedSecret(db, id)).toStartWith("sealed-v1.BwcH.");
       expect(rt.secrets.open(id, await storedSecret(db, id))).toBe(plain);
       rt.deliveries.start();
-      await db.write((tx) => recordPing(tx, { id, target_url: r.url }, null));
+      await db.write((tx) => recordPing(tx, { id, target_url: r.url }, UNKNOWN_ORIGIN));
       await waitFor(() => r.received[0], "the delivery");
       expect(() => new Webhook(plain).verify(r.received[0]!.body, r.received[0]!.headers)).not.toThrow();
     } finally {

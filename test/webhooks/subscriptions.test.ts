@@ -31,7 +31,9 @@ describe("webhook subscriptions: happy paths", () => {
       status: "active",
       disabled_at: null,
       disabled_reason: null,
+      disabled_by: null,
       paused_at: null,
+      paused_by: null,
       max_rate: null,
       failing_since: null,
       held_until: null,
@@ -139,7 +141,7 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
     const gone = (await create({ target_url: "http://127.0.0.1:9/gone", events: ["account.created"] })).body.data.id;
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/rotate-secret`, { body: {} })).status).toBe(200);
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${paused}/pause`)).status).toBe(200);
-    await h.rt.db.write((tx) => disableSubscription(tx, gone, "the receiver answered 410 Gone to delivery del_X", Date.now()));
+    await h.rt.db.write((tx) => disableSubscription(tx, gone, "the receiver answered 410 Gone to delivery del_X", Date.now(), null));
     expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
     // No delivery loop runs here: both deliveries stay pending until the reset.
     const pending = (await h.json("GET", "/public/v1/webhook-deliveries")).body.data;
@@ -161,6 +163,8 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
         status: "disabled",
         disabled_at: expect.stringMatching(ISO),
         disabled_reason: reasons[s.id],
+        // The command's, the gone one's disable before it (which had recorded none) included.
+        disabled_by: "command_line",
         secret: expect.stringMatching(MASKED),
         previous_secret_expires_at: null,
         updated_at: expect.stringMatching(ISO),
@@ -178,7 +182,7 @@ describe("webhook subscriptions: a lost secrets key's reset", () => {
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/enable`)).body.type).toBe("urn:crm:problem:secret-rotation-required");
     // Rotated by the service restarted with the new key: one left on the lost key refuses to seal with it.
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/rotate-secret`, { body: {} })).body.type).toBe("urn:crm:problem:secrets-key-replaced");
-    expect((await rotateSecret({ ...h.rt, secrets: box }, described, {}, null)).status).toBe(200);
+    expect((await rotateSecret({ ...h.rt, secrets: box }, described, {}, null, null)).status).toBe(200);
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/enable`)).status).toBe(200);
     const since = new Date(Date.now() - 3_600_000).toISOString();
     expect((await h.json("POST", `/public/v1/webhook-subscriptions/${described}/recover`, { body: { since } })).body.data.queued).toBe(1);

@@ -124,6 +124,16 @@ export async function refuseWhile(db: Db, name: string, write: "INSERT" | "UPDAT
   return async () => void (await db.run(`DROP TRIGGER ${name} ON ${table}`));
 }
 
+/** retryAnswerOf is what a test compares of a manual retry's answer: its status, Retry-After and whole body. */
+export const retryAnswerOf = (res: { status: number; headers: Headers; body: unknown }) => ({ status: res.status, retryAfter: res.headers.get("retry-after"), body: res.body });
+
+/** attemptsBusy is a manual retry's 503 subscription-attempts-busy as retryAnswerOf reads it, `detail` saying which cap was reached. */
+export const attemptsBusy = (detail: string) => ({
+  status: 503,
+  retryAfter: "1",
+  body: { type: "urn:crm:problem:subscription-attempts-busy", title: "Service Unavailable", status: 503, detail },
+});
+
 /** FAST_WEBHOOKS are settings that keep delivery tests quick: loopback targets, tiny retry delays. */
 export const FAST_WEBHOOKS: Partial<Config> = { allowPrivateTargets: true, retrySchedule: [0.02, 0.02], deliveryTimeoutMs: 2000 };
 
@@ -201,7 +211,7 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
   const id = newId("sub");
   await insertSubscription(
     db,
-    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, max_rate: null, failing_since: null, held_until: null, created_at: createdAt, updated_at: createdAt, created_by: null, created_by_email: null },
+    { id, target_url: "https://receiver.example.com/hooks", description: null, events: '["contact.created"]', secret: "whsec_test", previous_secret: null, previous_secret_expires_at: null, secret_rotated_at: null, secret_test_delivery_id: null, secret_lost_at: null, status: "active", disabled_at: null, disabled_reason: null, paused_at: null, paused_by: null, disabled_by: null, max_rate: null, failing_since: null, held_until: null, created_at: createdAt, updated_at: createdAt, updated_by: null, created_by: null, created_by_email: null },
     ["contact.created"],
   );
   return id;
@@ -211,7 +221,7 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
 export async function addStoredDeliveries(db: Db, subscriptionId: string, createdAt: number, status: DeliveryRow["status"], count = 1, eventType = "contact.created"): Promise<void> {
   for (let i = 0; i < count; i++) {
     const eventId = newId("evt");
-    await insertEvent(db, { id: eventId, type: eventType, payload: "{}", request_id: null, token_id: null, created_at: createdAt });
+    await insertEvent(db, { id: eventId, type: eventType, payload: "{}", request_id: null, token_id: null, made_by: null, created_at: createdAt });
     const id = newId("dlv");
     await insertDelivery(db, { id, event_id: eventId, event_type: eventType, subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt });
     if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, recovered_at: null, updated_at: createdAt });

@@ -1,4 +1,4 @@
--- A deleted contact's email, kept on its tombstone: SQLite's migration 0052 (its comments say why
+-- A deleted contact's email, kept on its tombstone: SQLite's migration 0053 (its comments say why
 -- and what a contact deleted before it gets).
 ALTER TABLE tombstones ADD COLUMN email text;
 
