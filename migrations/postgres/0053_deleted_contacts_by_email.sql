@@ -1,5 +1,5 @@
 -- A deleted contact's email, kept on its tombstone: SQLite's migration 0053 (its comments say why
--- and what a contact deleted before it gets).
+-- and what a contact deleted before it gets, and how long the email is kept).
 ALTER TABLE tombstones ADD COLUMN email text;
 
 UPDATE tombstones t SET email = (
@@ -9,3 +9,4 @@ UPDATE tombstones t SET email = (
 ) WHERE t.resource = 'contact';
 
 CREATE INDEX tombstones_email ON tombstones (email) WHERE email IS NOT NULL;
+CREATE INDEX tombstones_email_deleted ON tombstones (deleted_at) WHERE email IS NOT NULL;

@@ -795,7 +795,7 @@ export interface DeletedContact {
   deleted_at: string;
 }
 
-/** deletedContactsWithEmail returns up to `limit` contacts deleted with an email (any case), by id, while their tombstone is kept and their events are not erased (findContactTombstonesByEmail). */
+/** deletedContactsWithEmail returns up to `limit` contacts deleted with an email (any case), by id, while their tombstone keeps the email: the delivery retention after the delete, unless their events were erased sooner (findContactTombstonesByEmail). */
 export async function deletedContactsWithEmail(db: Db, email: string, limit: number): Promise<DeletedContact[]> {
   return (await findContactTombstonesByEmail(db, asciiEmail(email.trim()), limit)).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) }));
 }

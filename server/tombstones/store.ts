@@ -32,6 +32,15 @@ export async function forgetTombstoneEmail(db: Db, resource: Resource, id: strin
   await db.run("UPDATE tombstones SET email = NULL WHERE resource = ? AND id = ? AND email IS NOT NULL", [resource, id]);
 }
 
+/** forgetTombstoneEmailsBefore drops the email of up to `limit` tombstones of deletions before the cutoff, oldest first, through their index of deletion times (migration 0053), and returns how many it dropped. */
+export function forgetTombstoneEmailsBefore(db: Db, cutoff: number, limit: number): Promise<number> {
+  return db.run(
+    `UPDATE tombstones SET email = NULL WHERE (resource, id) IN (
+       SELECT resource, id FROM tombstones WHERE email IS NOT NULL AND deleted_at < ? ORDER BY deleted_at LIMIT ?)`,
+    [cutoff, limit],
+  );
+}
+
 /** hasTombstone tells whether a record's deletion is still kept as a tombstone. */
 export async function hasTombstone(db: Db, resource: Resource, id: string): Promise<boolean> {
   return (await db.get<{ one: number }>("SELECT 1 AS one FROM tombstones WHERE resource = ? AND id = ?", [resource, id])) !== null;
