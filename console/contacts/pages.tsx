@@ -255,7 +255,7 @@ function Deleted({ resource, id }: { resource: ErasableResource; id: string }) {
 
 /** contactPage renders a contact's fields, accounts and assigned users, and every event sent about it with the deliveries of each; a live one's page offers to delete it (deleteContactPage asks first), a deleted one's to erase its events. */
 export function contactPage(props: { session: ConsoleSession; view: ContactPageView; eventLimit: number; notice?: NoticeData | null }): string {
-  const { contact, events, id } = props.view;
+  const { record: contact, events, id } = props.view;
   const name = contact ? contactName(contact) : id;
   return renderPage({
     // A title cannot hold <bdi>: FSI ... PDI keep an override in the name off " · CRM console".
@@ -341,7 +341,7 @@ export function contactPage(props: { session: ConsoleSession; view: ContactPageV
 
 /** accountPage renders an account's name and domain, and every event sent about it with the deliveries of each; a deleted one's page offers to erase them. */
 export function accountPage(props: { session: ConsoleSession; view: AccountPageView; eventLimit: number; notice?: NoticeData | null }): string {
-  const { account, events, id } = props.view;
+  const { record: account, events, id } = props.view;
   const name = account ? account.name : id;
   return renderPage({
     title: isolated(name),

@@ -59,42 +59,38 @@ export async function contactsPage(db: Database, query: { q?: string; before?: s
   return { q, by, user, contacts: page.data, total: page.total, next: page.next ? positionText(page.next) : null, older: before !== null };
 }
 
-/** ContactPageView is a contact (null once deleted) and the latest events about it, each with its deliveries. */
-export interface ContactPageView {
+/** RecordPageView is a contact or an account (`record`, null once deleted) and the latest events about it, each with its deliveries. */
+export interface RecordPageView<R> {
   id: string;
-  contact: Contact | null;
+  record: R | null;
   events: WebhookEvent[];
   subscriptions: SubscriptionNames;
 }
+export type ContactPageView = RecordPageView<Contact>;
+export type AccountPageView = RecordPageView<Account>;
 
 /**
- * contactPage returns a contact with its accounts and assigned users and what was sent about it; a
- * deleted contact still shows its events. Throws 404 when neither exists, and for another kind's id:
- * the events about an account or a user would be shown as a deleted contact's, offering an Erase the erasure refuses.
+ * recordPage returns a contact or an account (`find`, by its kind's id `prefix`) and what was sent
+ * about it; a deleted one still shows its events. Throws 404 when neither exists, and for another
+ * kind's id: the events about an account or a user would be shown as a deleted contact's,
+ * offering an Erase the erasure refuses.
  */
-export async function contactPage(db: Database, id: string): Promise<ContactPageView> {
-  if (!id.startsWith("con_")) throw notFound("contact", id);
-  const contact = await findContact(db, id);
+async function recordPage<R>(db: Database, resource: ErasableResource, prefix: string, find: (db: Database, id: string) => Promise<R | null>, id: string): Promise<RecordPageView<R>> {
+  if (!id.startsWith(prefix)) throw notFound(resource, id);
+  const record = await find(db, id);
   const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
-  if (!contact && events.length === 0) throw notFound("contact", id);
-  return { id, contact, events, subscriptions: await subscriptionNames(db) };
+  if (!record && events.length === 0) throw notFound(resource, id);
+  return { id, record, events, subscriptions: await subscriptionNames(db) };
 }
 
-/** AccountPageView is an account (null once deleted) and the latest events about it, each with its deliveries. */
-export interface AccountPageView {
-  id: string;
-  account: Account | null;
-  events: WebhookEvent[];
-  subscriptions: SubscriptionNames;
+/** contactPage returns a contact with its accounts and assigned users and what was sent about it (recordPage). */
+export function contactPage(db: Database, id: string): Promise<ContactPageView> {
+  return recordPage(db, "contact", "con_", findContact, id);
 }
 
-/** accountPage returns an account and what was sent about it; a deleted account still shows its events. Throws 404 when neither exists, and for another kind's id (as contactPage). */
-export async function accountPage(db: Database, id: string): Promise<AccountPageView> {
-  if (!id.startsWith("acc_")) throw notFound("account", id);
-  const account = await findAccount(db, id);
-  const events = await eventsAbout(db, id, EVENTS_ON_CONTACT);
-  if (!account && events.length === 0) throw notFound("account", id);
-  return { id, account, events, subscriptions: await subscriptionNames(db) };
+/** accountPage returns an account and what was sent about it (recordPage). */
+export function accountPage(db: Database, id: string): Promise<AccountPageView> {
+  return recordPage(db, "account", "acc_", findAccount, id);
 }
 
 /**
@@ -109,7 +105,7 @@ export async function eraseFromForm(rt: Runtime, session: ConsoleSession, resour
 
 /** contactToDelete returns the live contact a delete's confirmation names, or null once it is deleted (its page says so and offers Erase); throws 404 as contactPage does. */
 export async function contactToDelete(db: Database, id: string): Promise<Contact | null> {
-  return (await contactPage(db, id)).contact;
+  return (await contactPage(db, id)).record;
 }
 
 /**

@@ -174,8 +174,34 @@ export function deliveriesPage(props: {
   });
 }
 
-/** eventPage renders one event: its body, what it is about, and every delivery made of it with its outcome. */
-export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; names: MakerNames; subscriptions: SubscriptionNames }): string {
+/**
+ * RequestFact is the "Request" of a delivery's or an event's facts: the X-Request-Id of the request
+ * that made the event, linking the deliveries of that request (`deliveries`: the Request id filter's
+ * address, sealed), or why there is none.
+ */
+function RequestFact({ requestId, deliveries }: { requestId: string | null; deliveries: string | null }) {
+  return (
+    <>
+      <dt>Request</dt>
+      <dd id="request-id">
+        {requestId && deliveries ? (
+          <>
+            <code>{requestId}</code> <a href={deliveries}>deliveries of this request</a> <span class="muted">(the X-Request-Id of the request that made the event)</span>
+          </>
+        ) : (
+          <span class="muted">none: the service made this event itself, or a command did, or it is older than request ids</span>
+        )}
+      </dd>
+    </>
+  );
+}
+
+/**
+ * eventPage renders one event: its body, what it is about, the request and the API token that made
+ * it, and every delivery made of it with its outcome. `requestDeliveries` is the address of the
+ * deliveries of that request, sealed as the Request id filter's are.
+ */
+export function eventPage(props: { session: ConsoleSession; event: WebhookEvent; subject: { href: string; label: string } | null; names: MakerNames; subscriptions: SubscriptionNames; requestDeliveries: string | null }): string {
   const e = props.event;
   return renderPage({
     title: `Event ${e.id}`,
@@ -211,6 +237,7 @@ export function eventPage(props: { session: ConsoleSession; event: WebhookEvent;
                 <span class="muted">no contact or account</span>
               )}
             </dd>
+            <RequestFact requestId={e.request_id} deliveries={props.requestDeliveries} />
             <dt>Made by</dt>
             <dd>
               <MakerLink madeBy={e.made_by} names={props.names} />
@@ -330,17 +357,7 @@ export function deliveryPage(props: { session: ConsoleSession; delivery: Deliver
                 <code>{d.event_id}</code>
               </a>
             </dd>
-            <dt>Request</dt>
-            <dd id="request-id">
-              {d.request_id && props.requestDeliveries ? (
-                <>
-                  <code>{d.request_id}</code> <a href={props.requestDeliveries}>its deliveries</a>{" "}
-                  <span class="muted">(the X-Request-Id of the request that made the event)</span>
-                </>
-              ) : (
-                <span class="muted">none: the service made this event itself, or a command did, or it is older than request ids</span>
-              )}
-            </dd>
+            <RequestFact requestId={d.request_id} deliveries={props.requestDeliveries} />
             <dt>Subscription</dt>
             <dd>
               {props.subscription ? (

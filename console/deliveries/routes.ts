@@ -121,5 +121,13 @@ export function deliveryRoutes(rt: Runtime) {
       },
       { params: IdParam, body: OptionalForm },
     )
-    .get("/events/:id", async ({ session, params }) => htmlResponse(eventPage({ session, ...(await eventView(db, params.id)) })), { params: IdParam });
+    .get(
+      "/events/:id",
+      async ({ session, params }) => {
+        const view = await eventView(db, params.id);
+        const requestId = view.event.request_id;
+        return htmlResponse(eventPage({ session, ...view, requestDeliveries: requestId ? addressOf(session, { request_id: requestId }) : null }));
+      },
+      { params: IdParam },
+    );
 }

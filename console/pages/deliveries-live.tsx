@@ -146,12 +146,18 @@ function DeliveryRow({ row, now }: { row: DeliveryRowView; now: string }) {
         <HttpStatus status={row.last_response_status} />
       </td>
       <td data-label="Next retry">
-        {row.paused_since ? (
-          <WaitsForResume since={row.paused_since} />
-        ) : row.held_until ? (
-          <WaitsForHold until={row.held_until} />
-        ) : row.next_attempt_at ? (
-          <span title={row.next_attempt_at}>{relativeTime(row.next_attempt_at, now)}</span>
+        {row.paused_since || row.held_until || row.next_attempt_at ? (
+          // To the delivery's own next retry, with its Retry now (or why it has none).
+          <a href={`/console/deliveries/${row.id}#next-retry`}>
+            {row.paused_since ? (
+              <WaitsForResume since={row.paused_since} />
+            ) : row.held_until ? (
+              <WaitsForHold until={row.held_until} />
+            ) : (
+              <span title={row.next_attempt_at!}>{relativeTime(row.next_attempt_at!, now)}</span>
+            )}
+            <RowSubject>next retry of delivery {row.id}</RowSubject>
+          </a>
         ) : (
           <span class="muted">–</span>
         )}

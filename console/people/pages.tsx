@@ -8,7 +8,7 @@ import type { ConsoleSession } from "../model.ts";
 import type { OperatorMade } from "../../server/operators/removal.ts";
 import { renderPage } from "../pages/layout.tsx";
 import { bidiBalanced, CsrfField, DataTable, NoticeBox, RowSubject, StatusBadge, SubscriptionLabel, tally, Time, type NoticeData } from "../pages/parts.tsx";
-import { MadeByText } from "../pages/made-by.tsx";
+import { MakerLink } from "../pages/made-by.tsx";
 import { confirmPage, fieldMarks, FieldWithReason, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 
 /**
@@ -54,7 +54,7 @@ export function tokensPage(props: { session: ConsoleSession; tokens: ApiTokenInf
                 <code>{t.prefix}…</code>
               </td>
               <td data-label="Made by">
-                <MadeByText madeBy={t.made_by} names={props.names} />
+                <MakerLink madeBy={t.made_by} names={props.names} />
               </td>
               <td data-label="Created">
                 <Time value={t.created_at} zone={false} />

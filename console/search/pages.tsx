@@ -2,11 +2,12 @@
 import type { ComponentChildren } from "preact";
 import { ContactsPager, ContactsTable, type ContactsPages } from "../contacts/pages.tsx";
 import type { ContactsView } from "../contacts/service.ts";
+import type { DeletedContact } from "../../server/contacts/service.ts";
 import type { SecretShape } from "../addresses.ts";
 import type { ConsoleSession } from "../model.ts";
 import { expiredNotice, secretNotice } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { CsrfField, NoticeBox } from "../pages/parts.tsx";
+import { bidiBalanced, CsrfField, DataTable, NoticeBox, Time } from "../pages/parts.tsx";
 import { SEARCH_MAX_LENGTH } from "./service.ts";
 
 /**
@@ -52,19 +53,53 @@ export function searchPage(props: { session: ConsoleSession; q: string; nothing:
 }
 
 /**
- * searchResultsPage lists the contacts a search matched, with the box holding what was typed. The
- * other pages are links to the search's sealed addresses (`pages`: the newest, the older ones),
- * which hold none of the text.
+ * DeletedContacts lists the deleted contacts an email found, each marked deleted and linking its
+ * page, which lists what was sent about it and offers Erase.
  */
-export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView; pages: ContactsPages }): string {
-  const { session, q, view, pages } = props;
+function DeletedContacts({ q, deleted }: { q: string; deleted: DeletedContact[] }) {
+  const count = deleted.length === 1 ? "1 deleted contact" : `${deleted.length} deleted contacts`;
+  return (
+    <DataTable
+      id="deleted-contacts"
+      columns={["Contact", "Deleted (UTC)"]}
+      empty={null}
+      head={
+        <div class="card-head">
+          <p class="count" id="deleted-contacts-count">
+            {count} had the email {bidiBalanced(q)}: open one to see what was sent about it, or to erase its events.
+          </p>
+        </div>
+      }
+    >
+      {deleted.map((c) => (
+        <tr data-contact-id={c.id}>
+          <td data-label="Contact">
+            <a href={`/console/contacts/${c.id}`}>
+              <code>{c.id}</code> <span class="tag">deleted</span>
+            </a>
+          </td>
+          <td data-label="Deleted"><Time value={c.deleted_at} zone={false} /></td>
+        </tr>
+      ))}
+    </DataTable>
+  );
+}
+
+/**
+ * searchResultsPage lists the contacts a search matched, and the deleted ones an email found
+ * (`deleted`), with the box holding what was typed. The other pages are links to the search's
+ * sealed addresses (`pages`: the newest, the older ones), which hold none of the text.
+ */
+export function searchResultsPage(props: { session: ConsoleSession; q: string; view: ContactsView; deleted: DeletedContact[]; pages: ContactsPages }): string {
+  const { session, q, view, deleted, pages } = props;
   return searchAnswer(
     session,
     "Search",
     q,
     <>
-      <ContactsTable view={view} />
+      {(view.total > 0 || deleted.length === 0) && <ContactsTable view={view} />}
       <ContactsPager pages={pages} />
+      {deleted.length > 0 && <DeletedContacts q={q} deleted={deleted} />}
     </>,
   );
 }

@@ -32,7 +32,7 @@ export function searchRoutes(rt: Runtime) {
     if ("contacts" in result) {
       const { next, older } = result.contacts;
       const pages = { newest: older ? addressOf(session, { q: at.q }) : undefined, older: next ? addressOf(session, { q: at.q, before: next }) : undefined };
-      return htmlResponse(searchResultsPage({ session, q: at.q, view: result.contacts, pages }));
+      return htmlResponse(searchResultsPage({ session, q: at.q, view: result.contacts, deleted: result.deleted, pages }));
     }
     return htmlResponse(searchPage({ session, q: at.q, nothing: result.nothing }), 404);
   };

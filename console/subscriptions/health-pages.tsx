@@ -5,7 +5,7 @@ import { WAITING_COUNTED } from "../../server/webhooks/model.ts";
 import type { ConsoleSession } from "../model.ts";
 import { ChartLegend, DeliveriesChart } from "../pages/charts.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText, MakerLink } from "../pages/made-by.tsx";
+import { MakerLink } from "../pages/made-by.tsx";
 import { DataTable, FailingNote, formatDuration, HeldNote, isolated, PausedNote, receiverUrl, RowSubject, SecretNote, StatusBadge, SubscriptionLabel, Time } from "../pages/parts.tsx";
 import type { FailureReason, SubscriptionHealth } from "./health.ts";
 import type { SubscriptionMakers } from "./service.ts";
@@ -188,7 +188,7 @@ export function subscriptionPage(props: {
           </h1>
           <p class="url">{receiverUrl(s.target_url)}</p>
           <p class="muted" id="made-by">
-            Made by <MadeByText madeBy={props.makers.madeBy} names={props.names} />
+            Made by <MakerLink madeBy={props.makers.madeBy} names={props.names} />
           </p>
           <FailingNote subscription={s} disableAfterHours={props.disableAfterHours} />
           <HeldNote subscription={s} />

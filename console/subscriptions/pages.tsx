@@ -6,7 +6,7 @@ import type { RecoveryPreview, RotationView, SecretRotationView, SubscriptionCho
 import { DEFAULT_SECRET_GRACE_HOURS, MAX_RECOVERY_DAYS, MAX_SECRET_GRACE_HOURS } from "../../server/limits/limits.ts";
 import { confirmPage, fieldMarks, FieldWithReason, reasonOf, RefusalSummary, SecretOnce, type Refusal } from "../pages/forms.tsx";
 import { renderPage } from "../pages/layout.tsx";
-import { MadeByText } from "../pages/made-by.tsx";
+import { MakerLink } from "../pages/made-by.tsx";
 import type { MakerNames } from "../../server/shared/made-by.ts";
 import { parseTimestamp } from "../../server/shared/time.ts";
 import { consoleFieldTime } from "../shell.ts";
@@ -172,7 +172,7 @@ export function subscriptionsPage(props: {
                 <Time value={s.created_at} zone={false} />
               </td>
               <td data-label="Made by">
-                <MadeByText madeBy={madeBy} names={props.names} />
+                <MakerLink madeBy={madeBy} names={props.names} />
               </td>
               <td class="row-actions">
                 <a href={`/console/subscriptions/${s.id}`}>Health<OfSubscription subject={subjects.get(s.id)!} of /></a>
@@ -210,7 +210,7 @@ export function subscriptionsPage(props: {
             </tr>
           ))}
         </DataTable>
-        <section class="card">
+        <section class="card" id="new-subscription">
           <h2>New subscription</h2>
           <RefusalSummary refusal={props.refusal} fields={SUBSCRIPTION_FIELDS} />
           <form method="post" action="/console/subscriptions" class="stack">
@@ -299,12 +299,15 @@ function rotationStepPage(session: ConsoleSession, step: 1 | 2, heading: string,
 
 /** rotationPickPage is step 1: choose the subscription to replace. */
 export function rotationPickPage(props: { session: ConsoleSession; subscriptions: SubscriptionChoice[] }): string {
+  const subjects = actionSubjects(props.subscriptions.map((choice) => choice.subscription));
   return rotationStepPage(
     props.session,
     1,
     "Which subscription is to be replaced?",
     props.subscriptions.length === 0 ? (
-      <p class="muted">There are no subscriptions to rotate.</p>
+      <p class="muted">
+        There are no subscriptions to rotate. <a href="/console/subscriptions#new-subscription">Create one on the Subscriptions page</a>.
+      </p>
     ) : (
       <form method="get" action="/console/rotations/new" class="stack">
         <fieldset>
@@ -317,7 +320,15 @@ export function rotationPickPage(props: { session: ConsoleSession; subscriptions
                   <SubscriptionLabel description={s.description} url={s.target_url} />
                   <span class="hint">
                     {s.events.join(", ")} · <StatusBadge status={s.status} />
-                    {rotationId && " · rotation under way (continues where it stopped)"}
+                    {rotationId && (
+                      <>
+                        {" "}
+                        · rotation under way, continued where it stopped:{" "}
+                        <a href={`/console/rotations/${rotationId}`}>
+                          Resume rotation<OfSubscription subject={subjects.get(s.id)!} of />
+                        </a>
+                      </>
+                    )}
                   </span>
                   <span class="hint">
                     <SecretNote subscription={s} />

@@ -252,7 +252,7 @@ export async function deleteAccount(rt: Runtime, id: string, condition: VersionC
     if ((await detachAccountFromContacts(tx, id, now, rt.unlinkChunk, origin)) === rt.unlinkChunk) return null;
     await deleteAccountRow(tx, id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "account", id });
-    await insertTombstone(tx, "account", id, now, current.version + 1);
+    await insertTombstone(tx, "account", id, now, current.version + 1, null);
     await recordEvent(tx, "account.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
     return id;
   }, (committed) => `${committed * rt.unlinkChunk} of the account's contacts lost the link to it (each sends contact.updated)`);

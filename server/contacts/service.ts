@@ -22,7 +22,7 @@ import { recordEvent, recordEvents } from "../webhooks/outbox.ts";
 import { consentErrors, customFieldsErrors, extraPropertiesErrors } from "../limits/service.ts";
 import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_IDS, MAX_TAGS, MAX_TAG_LENGTH, byteSize } from "../limits/limits.ts";
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
-import { insertTombstone } from "../tombstones/store.ts";
+import { findContactTombstonesByEmail, insertTombstone } from "../tombstones/store.ts";
 import { codePoints } from "../shared/text.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
@@ -443,7 +443,7 @@ export async function deleteContact(rt: Runtime, id: string, condition: VersionC
     refuseUnmetCondition(condition, "contact", id, current.version);
     if (!(await deleteContactRow(tx, id))) throw notFound("contact", id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "contact", id });
-    await insertTombstone(tx, "contact", id, now, current.version + 1);
+    await insertTombstone(tx, "contact", id, now, current.version + 1, current.email);
     await recordEvent(tx, "contact.deleted", { id, version: current.version + 1, deleted_at: toTimestamp(now) }, origin, now);
     await finish(tx, now);
   });
@@ -787,6 +787,17 @@ export async function findContact(db: Database, id: string): Promise<Contact | n
 /** contactsWithEmail returns the contacts with an email (any case), oldest first, at most a handful. */
 export async function contactsWithEmail(db: Db, email: string): Promise<Contact[]> {
   return (await findContactsByEmail(db, asciiEmail(email.trim()))).map(toContact);
+}
+
+/** DeletedContact is a contact deleted with an email: its id, and when it was deleted. */
+export interface DeletedContact {
+  id: string;
+  deleted_at: string;
+}
+
+/** deletedContactsWithEmail returns up to `limit` contacts deleted with an email (any case), by id, while their tombstone keeps the email: the delivery retention after the delete, unless their events were erased sooner (findContactTombstonesByEmail). */
+export async function deletedContactsWithEmail(db: Db, email: string, limit: number): Promise<DeletedContact[]> {
+  return (await findContactTombstonesByEmail(db, asciiEmail(email.trim()), limit)).map((row) => ({ id: row.id, deleted_at: toTimestamp(row.deleted_at) }));
 }
 
 /**

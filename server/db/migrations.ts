@@ -53,6 +53,7 @@ import subscriptionHold from "../../migrations/0049_subscription_hold.sql" with 
 import eventTokens from "../../migrations/0050_event_tokens.sql" with { type: "text" };
 import namesKeyedWithWhiteSpaceFolded from "../../migrations/0051_names_keyed_with_white_space_folded.sql" with { type: "text" };
 import changeMakers from "../../migrations/0052_change_makers.sql" with { type: "text" };
+import deletedContactsByEmail from "../../migrations/0053_deleted_contacts_by_email.sql" with { type: "text" };
 import { sealStoredSecrets, type SecretBox } from "../webhooks/secrets.ts";
 import { ConfigError } from "../config.ts";
 import type { MigrationWarn } from "./sql.ts";
@@ -137,6 +138,7 @@ export const MIGRATIONS: Migration[] = [
     },
   },
   { version: 52, name: "0052_change_makers.sql", sql: changeMakers },
+  { version: 53, name: "0053_deleted_contacts_by_email.sql", sql: deletedContactsByEmail },
 ];
 
 function ensureMigrationsTable(db: Database): void {

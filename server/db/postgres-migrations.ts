@@ -39,6 +39,7 @@ import subscriptionHold from "../../migrations/postgres/0049_subscription_hold.s
 import eventTokens from "../../migrations/postgres/0050_event_tokens.sql" with { type: "text" };
 import namesKeyedWithWhiteSpaceFolded from "../../migrations/postgres/0051_names_keyed_with_white_space_folded.sql" with { type: "text" };
 import changeMakers from "../../migrations/postgres/0052_change_makers.sql" with { type: "text" };
+import deletedContactsByEmail from "../../migrations/postgres/0053_deleted_contacts_by_email.sql" with { type: "text" };
 import { LOCK_TIMEOUT_STATE, READ_ONLY_HINT, type PostgresDatabase } from "./postgres.ts";
 import { MigrationFailed, heldWarnings, migrationFailure } from "./migrations.ts";
 import { ConfigError } from "../config.ts";
@@ -104,6 +105,7 @@ export const POSTGRES_MIGRATIONS: PostgresMigration[] = [
     },
   },
   { version: 52, name: "0052_change_makers.sql", sql: changeMakers },
+  { version: 53, name: "0053_deleted_contacts_by_email.sql", sql: deletedContactsByEmail },
 ];
 
 /**

@@ -9,7 +9,7 @@ import type { Runtime } from "../runtime.ts";
 import { DAY_MS, hourOf, toTimestamp } from "../shared/time.ts";
 import type { ChangeMaker } from "../shared/made-by.ts";
 import { TOMBSTONE_FILTERS, type Erasure, type Tombstone } from "./model.ts";
-import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, hasTombstone, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
+import { countTombstonesSince, deleteTombstonesBefore, findPrunedHorizon, forgetTombstoneEmail, hasTombstone, listTombstonesSince, raisePrunedHorizon, type Resource, type TombstoneRow } from "./store.ts";
 
 /**
  * retentionStart is the oldest deletion time this instance's --tombstone-retention-days keeps,
@@ -117,10 +117,11 @@ function erasedReason(now: number): string {
  * deliveries as failed (a paused subscription's too: none is sent after it), and drops from their
  * attempts what receivers answered, the signatures and request headers sent, and the Location an
  * earlier version's error quoted (eraseAttemptsOfEvents). The delete's own event, holding only
- * id, version and deleted_at, stays. Every write checks the record (refuseUnerasable: 404, 409). An
- * erasure is idempotent: sent again, it finds nothing left and answers zeros; each write but the
- * last keeps its counts under the Idempotency-Key, so a resend after a refusal between writes
- * answers the whole erasure's, and the last saves the answer.
+ * id, version and deleted_at, stays; the last write drops the email its tombstone keeps
+ * (forgetTombstoneEmail), so Find finds it by that email no more. Every write checks the record
+ * (refuseUnerasable: 404, 409). An erasure is idempotent: sent again, it finds nothing left and
+ * answers zeros; each write but the last keeps its counts under the Idempotency-Key, so a resend
+ * after a refusal between writes answers the whole erasure's, and the last saves the answer.
  */
 export async function eraseDeletedRecord(db: Database, resource: ErasableResource, id: string, chunk: number, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<{ status: number; body: { data: Erasure } }> {
   const kept = keptProgress<Erasure>(idempotency);
@@ -139,6 +140,8 @@ export async function eraseDeletedRecord(db: Database, resource: ErasableResourc
       await saveIdempotentProgress(tx, idempotency, data, now);
       return null;
     }
+    // Last, with the last events: an erasure cut short leaves the contact found by its email, to finish it.
+    await forgetTombstoneEmail(tx, resource, id);
     await saveIdempotentResponse(tx, idempotency, 200, { data }, now);
     return { status: 200, body: { data } };
   }, (committed) => `the payloads of ${committed * chunk} of the ${resource}'s earlier events were erased`);

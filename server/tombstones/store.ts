@@ -13,11 +13,31 @@ export type TombstoneRow = {
   version: number | null;
 }
 
-/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user). */
-export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null): Promise<void> {
+/** insertTombstone records that a record was deleted, with the version its deletion's event carries (null for a user) and a contact's email (null for others), by which Find finds it. */
+export async function insertTombstone(db: Db, resource: Resource, id: string, deletedAt: number, version: number | null, email: string | null): Promise<void> {
   await db.run(
-    "INSERT INTO tombstones (resource, id, deleted_at, version) VALUES (?, ?, ?, ?) ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version",
-    [resource, id, deletedAt, version],
+    `INSERT INTO tombstones (resource, id, deleted_at, version, email) VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT (resource, id) DO UPDATE SET deleted_at = excluded.deleted_at, version = excluded.version, email = excluded.email`,
+    [resource, id, deletedAt, version, email],
+  );
+}
+
+/** findContactTombstonesByEmail returns up to `limit` tombstones of contacts deleted with this (stored, lowercased) email, by id, through their email index (migration 0053). */
+export function findContactTombstonesByEmail(db: Db, email: string, limit: number): Promise<{ id: string; deleted_at: number }[]> {
+  return db.all("SELECT t.id, t.deleted_at FROM tombstones t WHERE t.email = ? AND t.resource = 'contact' ORDER BY t.id LIMIT ?", [email, limit]);
+}
+
+/** forgetTombstoneEmail drops the email a deleted record's tombstone keeps: its erasure leaves nothing that finds it by its email. */
+export async function forgetTombstoneEmail(db: Db, resource: Resource, id: string): Promise<void> {
+  await db.run("UPDATE tombstones SET email = NULL WHERE resource = ? AND id = ? AND email IS NOT NULL", [resource, id]);
+}
+
+/** forgetTombstoneEmailsBefore drops the email of up to `limit` tombstones of deletions before the cutoff, oldest first, through their index of deletion times (migration 0053), and returns how many it dropped. */
+export function forgetTombstoneEmailsBefore(db: Db, cutoff: number, limit: number): Promise<number> {
+  return db.run(
+    `UPDATE tombstones SET email = NULL WHERE (resource, id) IN (
+       SELECT resource, id FROM tombstones WHERE email IS NOT NULL AND deleted_at < ? ORDER BY deleted_at LIMIT ?)`,
+    [cutoff, limit],
   );
 }
 

@@ -98,7 +98,7 @@ export function deleteUser(db: Database, id: string, chunk: number, origin: Chan
     if (changed === chunk) return null;
     await deleteUserRow(tx, id);
     await withdrawIdempotencyRecordsOf(tx, { resource: "user", id });
-    await insertTombstone(tx, "user", id, now, null);
+    await insertTombstone(tx, "user", id, now, null, null);
     const deleted = { user: toUser(current), unassigned };
     await finish(tx, deleted, now);
     return deleted;

@@ -5,7 +5,7 @@ import { deleteExpiredOperatorLinks } from "../operators/store.ts";
 import type { Runtime } from "../runtime.ts";
 import { DAY_MS } from "../shared/time.ts";
 import { pruneTombstones } from "../tombstones/service.ts";
-import { RESOURCES } from "../tombstones/store.ts";
+import { forgetTombstoneEmailsBefore, RESOURCES } from "../tombstones/store.ts";
 import { STATS_KEPT_MS } from "./stats.ts";
 import { deleteAttemptStatsBefore, deleteFinishedDeliveriesBefore, deleteUnreferencedEventsBefore, deleteUnusedHeaderSetsAfter, measureDeliveryHistory, type HistorySize } from "./store.ts";
 
@@ -102,6 +102,7 @@ export type Pruned = {
   events: number;
   idempotency_keys: number;
   attempt_stats: number;
+  tombstone_emails: number;
   tombstones: number;
   rotations_without_replacement: number;
   expired_links: number;
@@ -111,7 +112,8 @@ export type Pruned = {
  * pruneHistory deletes finished deliveries (with their attempts) created more than the retention
  * period ago, then events no delivery refers to any more, then idempotency keys past 24 hours,
  * then the header sets no attempt uses, then hourly attempt statistics older than the longest stats
- * window (or of deleted subscriptions), then tombstones past their own (longer) retention, then the
+ * window (or of deleted subscriptions), then the emails of deleted contacts' tombstones deleted
+ * before the same cutoff, then tombstones past their own (longer) retention, then the
  * console's rotations whose new subscription was deleted, untouched for the retention period, and
  * its expired one-time links.
  * Pending deliveries are kept whatever their age: pruning them would lose events.
@@ -126,11 +128,14 @@ export async function pruneHistory(rt: Runtime, now = Date.now(), pruning: Pruni
   // delete another delivery. Each set is two index probes (migration 0044).
   await forgetUnusedHeaderSets(rt, pruning);
   const attemptStats = await writeUnlessStopped(rt, pruning, (tx) => deleteAttemptStatsBefore(tx, now - STATS_KEPT_MS));
+  // The email Find finds a deleted contact by goes when the events that held it do (the same
+  // cutoff): the tombstone itself stays longer, and a deleted person is to be gone by then.
+  const tombstoneEmails = await pruneInBatches(rt, pruning, (tx, limit) => forgetTombstoneEmailsBefore(tx, cutoff, limit));
   let tombstones = 0;
   for (const resource of RESOURCES) tombstones += await pruneInBatches(rt, pruning, (tx, limit) => pruneTombstones(tx, rt, resource, now, limit));
   const rotationsWithoutReplacement = await writeUnlessStopped(rt, pruning, (tx) => deleteRotationsWithoutReplacementBefore(tx, cutoff));
   const expiredLinks = await writeUnlessStopped(rt, pruning, (tx) => deleteExpiredOperatorLinks(tx, now));
-  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstones, rotations_without_replacement: rotationsWithoutReplacement, expired_links: expiredLinks };
+  return { deliveries, events, idempotency_keys: idempotencyKeys, attempt_stats: attemptStats, tombstone_emails: tombstoneEmails, tombstones, rotations_without_replacement: rotationsWithoutReplacement, expired_links: expiredLinks };
 }
 
 /**

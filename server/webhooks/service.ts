@@ -889,6 +889,8 @@ export interface WebhookEvent {
   payload_erased_by: ChangeMaker | null;
   /** the contact or account it is about (the id in its data, kept by an erasure), or null */
   subject_id: string | null;
+  /** the X-Request-Id of the request that made it (the console's "Request"); null: the service or a command made it, or before migration 0041 */
+  request_id: string | null;
   /** the API token whose request made it; null: no API request, or before migration 0050 */
   token_id: string | null;
   /** who made it (the console's "Made by"; the API leaves it out): its token (token_id), an operator, a command, the delivery loop; null: recorded before migration 0052 by no API request */
@@ -909,6 +911,7 @@ async function toWebhookEvents(db: Db, rows: StoredEvent[]): Promise<WebhookEven
       ...shownPayload(row),
       payload_erased_by: changeMakerOf(row.erased_by),
       subject_id: typeof subject === "string" ? subject : null,
+      request_id: row.request_id,
       token_id: row.token_id,
       made_by: madeBy,
       deliveries: deliveries.get(row.id) ?? [],

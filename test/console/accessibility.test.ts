@@ -1,14 +1,14 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
 import { newId } from "../../server/shared/ids.ts";
-import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { accessibleNames, colourLayers, contrastRatio, cspViolations, launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
+import { waitFor, type Receiver } from "../webhooks/support.ts";
+import { accessibleNames, browserFile, colourLayers, contrastRatio, cspViolations, seedDeliveries, type BrowserFile, type ConsoleServer, type SeededDelivery } from "./support.ts";
 
 // The console by keyboard, by screen reader and on a narrow screen: one server whose subscription has
 // 51 deliveries (one more than the live table shows), and one browser signed in.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof launchBrowser>>;
+let browser: BrowserFile["browser"];
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -18,20 +18,12 @@ const SLOW = 60_000;
 const REFRESH_MS = 3000;
 const url = (path: string) => `${server.url}${path}`;
 
-beforeAll(async () => {
-  server = await startConsoleServer();
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, browser, page, problems } = file);
   warehouse = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "Warehouse", events: ["contact.created"] })).data;
   const now = Date.now();
   const statuses: SeededDelivery["status"][] = ["succeeded", "failed", "pending"];
   await seedDeliveries(server.runtime.db, warehouse, Array.from({ length: 51 }, (_, i) => ({ at: now - 60_000 - i * 1000, status: statuses[i % 3]!, response_status: i % 3 === 1 ? 500 : undefined })));
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
 });
 
 /** headings lists a page's headings as [level, text], the response times charts carry left out (they vary). */

@@ -1,15 +1,14 @@
-import { afterAll, beforeAll, expect, test } from "bun:test";
+import { expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { ISO } from "../foundation/support.ts";
 import { tablesHolding } from "../support/personal-data.ts";
-import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { cspViolations, launchBrowser, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { waitFor, type Receiver } from "../webhooks/support.ts";
+import { browserFile, cspViolations, type ConsoleServer } from "./support.ts";
 
 // The console's Erase, in Chromium: on a deleted contact's or account's page, asked first, sent
 // with the session's CSRF token and a form key, through the API's erasure. And the Delete before it,
 // on a live contact's page, so a "forget me" request is finished without an API token.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -18,20 +17,12 @@ const SLOW = 60_000;
 const url = (path: string) => `${server.url}${path}`;
 const EMAIL = "erased.in.console7@example.com";
 
-beforeAll(async () => {
-  server = await startConsoleServer();
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, page, problems } = file);
   await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, events: ["contact.created", "contact.updated", "contact.deleted", "account.created", "account.deleted"] });
   // A paused subscription's deliveries wait: the erasure fails them unsent.
   const paused = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/paused`, events: ["contact.created", "contact.updated"] })).data;
   await server.api("POST", `/public/v1/webhook-subscriptions/${paused.id}/pause`);
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
 });
 
 const deletedEvents = (id: string) => server.runtime.db.all<{ id: string; request_id: string | null }>("SELECT id, request_id FROM events WHERE type = 'contact.deleted' AND payload LIKE ?", [`%${id}%`]);

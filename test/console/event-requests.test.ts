@@ -44,9 +44,9 @@ test("a user deleted on the Users page: its contacts' contact.updated carry the 
   expect(created[0].request_id).not.toBe(requestId);
 
   const page = await client.get(`/console/deliveries/${ofRequest[0].id}`);
-  expect([page.status, requestFact(page.text)]).toEqual([200, `${requestId} its deliveries (the X-Request-Id of the request that made the event)`]);
+  expect([page.status, requestFact(page.text)]).toEqual([200, `${requestId} deliveries of this request (the X-Request-Id of the request that made the event)`]);
   // Sealed as the Request id filter's addresses are: a request id is text a client chose.
-  const link = /<a href="([^"]+)">its deliveries<\/a>/.exec(page.text)![1]!;
+  const link = /<a href="([^"]+)">deliveries of this request<\/a>/.exec(page.text)![1]!;
   expect([link, page.text.includes("request_id=")]).toEqual([expect.stringMatching(/^\/console\/\?s=[A-Za-z0-9_-]+$/), false]);
   for (const address of [link, `/console/?request_id=${requestId}`]) {
     const listed = await client.get(address);

@@ -1,14 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { createApiToken } from "../../server/auth/service.ts";
 import { openFields, SEALED_ADDRESS_TTL_MS, sealFields } from "../../console/addresses.ts";
 import { createLogger } from "../../server/shared/log.ts";
-import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { ConsoleClient, cspViolations, launchBrowser, shoot, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { waitFor, type Receiver } from "../webhooks/support.ts";
+import { accessibleNames, browserFile, ConsoleClient, cspViolations, shoot, shootAtBothWidths, type ConsoleServer } from "./support.ts";
 
 // One server and one browser for the file: contacts changed through the API, their events delivered to a real receiver.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -25,9 +24,8 @@ const BULK = 60;
 /** the search's own address, the search sealed in it */
 const SEALED = /^\/console\/search\?s=[A-Za-z0-9_-]+$/;
 
-beforeAll(async () => {
-  server = await startConsoleServer({}, createLogger("info", (line) => logLines.push(line)));
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, page, problems } = file);
   await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "CRM sync", events: ["contact.created", "contact.updated", "contact.deleted"] });
   account = (await server.api("POST", "/public/v1/accounts", { name: "Analytical Engines Ltd" })).data;
   const users = await fetch(url("/public/v1/users"), { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json" }, body: JSON.stringify({ name: "Charles Babbage", email: "charles@example.com" }) });
@@ -37,14 +35,7 @@ beforeAll(async () => {
   twin = (await server.api("POST", "/public/v1/contacts", { first_name: "Ada", last_name: "Twin", email: "twin@example.com" })).data;
   await server.api("POST", "/public/v1/contacts/batch", { items: Array.from({ length: BULK }, (_, i) => ({ first_name: "Bulk", last_name: `Person ${i}`, email: `bulk${i}@example.com` })) });
   await waitFor(() => receiver.received.length >= BULK + 3, "every delivery received", 20_000);
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
-});
+}, { log: createLogger("info", (line) => logLines.push(line)) });
 
 /** find types into the search box of the start page and returns where the browser lands. */
 async function find(text: string): Promise<string> {
@@ -124,6 +115,45 @@ describe("one search box", () => {
     expect(await page.inputValue("#search-q")).toBe("Nobody Atall");
     problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
     expect(problems).toEqual([]);
+  }, SLOW);
+});
+
+describe("a deleted contact in Find", () => {
+  // No contact.updated: the deliveries filter's test below lists Ada's alone.
+  /** deletedContact creates a contact with an email, deletes it and waits for its two deliveries: none is left pending for an erasure to fail. */
+  async function deletedContact(first_name: string, email: string) {
+    const contact = (await server.api("POST", "/public/v1/contacts", { first_name, email })).data;
+    await server.api("DELETE", `/public/v1/contacts/${contact.id}`);
+    await waitFor(() => eventsAbout(contact.id).length === 2, "the two deliveries about it");
+    return contact;
+  }
+
+  test("its email, in any case, opens its page, which says it was deleted and offers Erase; erased, its email finds it no more", async () => {
+    const gone = await deletedContact("Forget", "forget.me@example.com");
+    expect(await find("Forget.Me@Example.com")).toBe(`/console/contacts/${gone.id}`);
+    expect(await page.textContent(".notice")).toBe("This contact was deleted. What was sent about it is listed below.");
+    await Promise.all([page.waitForURL(url(`/console/contacts/${gone.id}/erase`)), page.click("a.button.danger")]);
+    await Promise.all([page.waitForURL(url(`/console/contacts/${gone.id}?erased=1&failed=0`)), page.click("button.danger")]);
+    expect(await find("forget.me@example.com")).toMatch(SEALED);
+    expect(await page.textContent(".notice")).toBe("No contact has the email \u2068forget.me@example.com\u2069.");
+    // Its id, which the erasure keeps, still opens its page.
+    expect(await find(gone.id)).toBe(`/console/contacts/${gone.id}`);
+    problems.splice(0, problems.length, ...problems.filter((p) => !p.includes("404 (Not Found)")));
+    expect(problems).toEqual([]);
+  }, SLOW);
+
+  test("an email a live and a deleted contact share lists both, the deleted one apart, marked deleted, linking its page with Erase", async () => {
+    const live = (await server.api("POST", "/public/v1/contacts", { first_name: "Kept", email: "shared.inbox@example.com" })).data;
+    const gone = await deletedContact("Gone", "shared.inbox@example.com");
+    expect(await find("shared.inbox@example.com")).toMatch(SEALED);
+    const rows = (table: string) => page.locator(`#${table} tbody tr`).evaluateAll((all) => all.map((r) => r.getAttribute("data-contact-id")));
+    expect([await rows("contacts"), await rows("deleted-contacts")]).toEqual([[live.id], [gone.id]]);
+    expect(await page.textContent("#deleted-contacts-count")).toBe("1 deleted contact had the email shared.inbox@example.com: open one to see what was sent about it, or to erase its events.");
+    expect(await accessibleNames(page, "#deleted-contacts a")).toEqual([`${gone.id} deleted`]);
+    await Promise.all([page.waitForURL(url(`/console/contacts/${gone.id}`)), page.click(`#deleted-contacts a[href$="${gone.id}"]`)]);
+    expect(await page.textContent(".notice")).toBe("This contact was deleted. What was sent about it is listed below.");
+    expect(await page.textContent("a.button.danger")).toBe("Erase its events…");
+    await shoot(page, "find-deleted");
   }, SLOW);
 });
 

@@ -1,13 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { recentFailures } from "../../console/subscriptions/health.ts";
 import { LATENCY_BOUNDS_MS, addAttemptStats } from "../../server/webhooks/stats.ts";
 import { startReceiver, waitFor, type Receiver } from "../webhooks/support.ts";
-import { cspViolations, launchBrowser, seedDeliveries, shootAtBothWidths, signedInBrowser, startConsoleServer, type ConsoleServer, type SeededDelivery } from "./support.ts";
+import { browserFile, cspViolations, seedDeliveries, shootAtBothWidths, type ConsoleServer, type SeededDelivery } from "./support.ts";
 
 // One server and one browser for the file: a subscription with a seeded week of deliveries, and one without any.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof launchBrowser>>;
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -22,9 +21,8 @@ const hourOf = (at: number) => at - (at % HOUR);
 const dayOf = (at: number) => at - (at % DAY);
 const SLOW = 60_000;
 
-beforeAll(async () => {
-  server = await startConsoleServer();
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, page, problems } = file);
   busy = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "Warehouse", events: ["contact.deleted"] })).data;
   quiet = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}/quiet`, description: "Quiet one", events: ["contact.deleted"] })).data;
   const at = (ago: number) => now - ago;
@@ -45,13 +43,6 @@ beforeAll(async () => {
     ...Array.from({ length: 20 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 100, succeeded: true })),
     ...Array.from({ length: 2 }, () => ({ subscription_id: busy.id, started_at: now - 1000, duration_ms: 3000, succeeded: false })),
   ]));
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
 });
 
 type Counts = { succeeded: number; failed: number; pending: number };

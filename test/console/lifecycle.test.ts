@@ -302,7 +302,7 @@ describe("recover and pause from the subscriptions page", () => {
     const pausedAt: string = (await server.api("GET", `/public/v1/webhook-subscriptions/${sub.id}`)).data.paused_at;
     const said = `waits for Resume (paused since ${pausedAt.slice(0, 10)} ${pausedAt.slice(11, 19)} UTC)`;
     await page.goto(url(`/console/?subscription_id=${sub.id}`));
-    expect(await page.textContent(`tr[data-delivery-id="${waiting.id}"] td[data-label="Next retry"]`)).toBe(said);
+    expect(await page.textContent(`tr[data-delivery-id="${waiting.id}"] td[data-label="Next retry"]`)).toBe(`${said} next retry of delivery ${waiting.id}`);
     await page.goto(url(`/console/deliveries/${waiting.id}`));
     expect({ next: await page.textContent("#next-retry"), retryButton: await page.locator("button:has-text('Retry now')").count(), instead: await page.textContent(".retry-paused") }).toEqual({
       next: said,

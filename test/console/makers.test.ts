@@ -130,10 +130,10 @@ describe("the console shows who made each", () => {
     expect(madeByCells((await client.get("/console/subscriptions")).text, "data-subscription-id")).toEqual({
       [mine]: OPERATOR.email,
       [theirs]: `${COLLEAGUE.email} (removed)`,
-      [overApi]: `API token colleague's (${prefix}…)`,
+      [overApi]: `API token colleague's (${prefix}…) (${await id("colleague's")})`,
     });
     const madeByLine = async (subscription: string) => textOf(/<p class="muted" id="made-by">([\s\S]*?)<\/p>/.exec((await client.get(`/console/subscriptions/${subscription}`)).text)![1]!);
-    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…)`]);
+    expect([await madeByLine(mine), await madeByLine(theirs), await madeByLine(overApi)]).toEqual([`Made by ${OPERATOR.email}`, `Made by ${COLLEAGUE.email} (removed)`, `Made by API token colleague's (${prefix}…) (${await id("colleague's")})`]);
     // One made before the service recorded makers (migration 0047) is unknown.
     await h.rt.db.run("UPDATE webhook_subscriptions SET created_by = NULL, created_by_email = NULL WHERE id = ?", [mine]);
     expect(await madeByLine(mine)).toBe("Made by unknown");

@@ -63,6 +63,8 @@ const READS: [string, (db: ServiceDatabase) => unknown, RegExp[]][] = [
   ["a contact's page", (db) => contactPage(db, contactId), [/SEARCH events USING INDEX events_subject \(subject_id=\?\)/, /SEARCH d USING INDEX webhook_deliveries_event \(event_id=\?\)/]],
   ["contacts by name", (db) => contactsPage(db, { q: "Lovelace" }, "test"), [/contacts_full_name|VIRTUAL TABLE/]],
   ["search: delivery, event, contact, email", (db) => Promise.all([deliveryId, eventId, contactId, "ADA@example.com"].map((q) => search(db, q, "operator"))), [/SEARCH c USING INDEX contacts_email \(email=\?\)/]],
+  // Migration 0053: a deleted contact's email, on its tombstone.
+  ["search: a deleted contact's email", (db) => search(db, "gone@example.com", "operator"), [/SEARCH t USING INDEX tombstones_email \(email=\? AND resource=\?\)/]],
 ];
 
 describe("the console's reads go through indexes", () => {

@@ -2,7 +2,10 @@
 // paused, rotated and backlogged subscriptions, and of times, in the words an operator reads.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
-import { launchBrowser, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import { createApiToken } from "../../server/auth/service.ts";
+import { operatorByEmail } from "../../server/operators/service.ts";
+import { madeByOperator } from "../../server/shared/made-by.ts";
+import { accessibleNames, launchBrowser, OPERATOR, seedDeliveries, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
 
 let server: ConsoleServer;
 let browser: Awaited<ReturnType<typeof launchBrowser>>;
@@ -19,6 +22,22 @@ afterAll(async () => {
   await browser.close();
   await server.close();
 });
+
+/** follow clicks a link and returns the address it led to, and what a screen reader names the link. */
+async function follow(link: string): Promise<{ name: string; landed: string }> {
+  const [name] = await accessibleNames(page, link);
+  const from = page.url();
+  await Promise.all([page.waitForURL((u) => u.href !== from), page.click(link)]);
+  return { name: name!, landed: page.url().slice(server.url.length) };
+}
+
+// First: the wizard's step 1 before any subscription exists.
+test("the rotation wizard's step 1 links to what it says to do: with no subscription, the form that creates one", async () => {
+  await page.goto(`${server.url}/console/rotations/new`);
+  expect(await page.textContent(".step p")).toBe("There are no subscriptions to rotate. Create one on the Subscriptions page.");
+  expect(await follow(".step p a")).toEqual({ name: "Create one on the Subscriptions page", landed: "/console/subscriptions#new-subscription" });
+  expect(await page.locator("#new-subscription h2").textContent()).toBe("New subscription");
+}, SLOW);
 
 const create = async (body: object) =>
   (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: "http://127.0.0.1:9/support", events: ["contact.updated"], ...body })).data;
@@ -145,4 +164,42 @@ test("a delivery's subscription links the subscription's page, its deliveries be
     const cell = page.locator(`tr[data-delivery-id="${delivery.id}"] td[data-label="Subscription"] a`);
     expect([address, await cell.textContent(), await cell.getAttribute("href")]).toEqual([address, "Acmehttp://127.0.0.1:9/support", `/console/subscriptions/${sub.id}`]);
   }
+}, SLOW);
+
+test("the support paths link on: a delivery's next retry, an event's request and maker, a subscription's and a token's maker, a rotation under way", async () => {
+  const sub = await create({ description: "Linked", events: ["contact.created"] });
+  // A list's next retry opens the delivery at its own, beside Retry now.
+  const [pending] = await seedDeliveries(server.runtime.db, sub, [{ at: Date.now() - HOUR, status: "pending" }]);
+  await page.goto(`${server.url}/console/?subscription_id=${sub.id}`);
+  const nextRetry = await follow(`tr[data-delivery-id="${pending}"] td[data-label="Next retry"] a`);
+  expect(nextRetry).toEqual({ name: expect.stringMatching(new RegExp(`^in \\d+ [hd] next retry of delivery ${pending}$`)), landed: `/console/deliveries/${pending}#next-retry` });
+  expect(await page.locator("button:has-text('Retry now')").count()).toBe(1);
+  // An event's request opens the deliveries of that request (the Request id filter, sealed).
+  const contact = await fetch(`${server.url}/public/v1/contacts`, { method: "POST", headers: { authorization: `Bearer ${server.token}`, "content-type": "application/json", "x-request-id": "support-links-7" }, body: JSON.stringify({ email: "request.links@example.com" }) });
+  const made = ((await contact.json()) as { data: { id: string } }).data;
+  const ofRequest: { id: string; event_id: string }[] = (await server.api("GET", `/public/v1/webhook-deliveries?request_id=support-links-7`)).data;
+  const delivery = ofRequest[0]!;
+  await page.goto(`${server.url}/console/events/${delivery.event_id}`);
+  expect(await page.locator("#request-id").innerText()).toBe("support-links-7 deliveries of this request (the X-Request-Id of the request that made the event)");
+  expect(await follow("#request-id a")).toEqual({ name: "deliveries of this request", landed: expect.stringMatching(/^\/console\/\?s=[A-Za-z0-9_-]+$/) });
+  expect(await page.locator("#deliveries tbody tr").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-delivery-id")).sort())).toEqual(ofRequest.map((d) => d.id).sort());
+  // Its maker, and a subscription's, open the token's row; a token's maker opens the operator's row.
+  const tokenId = (await server.runtime.db.get<{ token_id: string }>("SELECT token_id FROM events WHERE subject_id = ?", [made.id]))!.token_id;
+  const prefix = (await server.runtime.db.get<{ prefix: string }>("SELECT prefix FROM api_tokens WHERE id = ?", [tokenId]))!.prefix;
+  for (const [address, link] of [[`/console/events/${delivery.event_id}`, "dl.facts dd a[href^='/console/tokens']"], [`/console/subscriptions/${sub.id}`, "#made-by a"]]) {
+    await page.goto(`${server.url}${address}`);
+    expect([address, await follow(link!)]).toEqual([address, { name: `API token console-test (${prefix}…)`, landed: `/console/tokens#${tokenId}` }]);
+    expect(await page.locator(`tr[id="${tokenId}"] td`).first().innerText()).toBe("console-test");
+  }
+  const operator = await operatorByEmail(server.runtime.db, OPERATOR.email);
+  const theirs = await createApiToken(server.runtime.db, "made-on-console", Date.now(), null, madeByOperator(operator));
+  await page.goto(`${server.url}/console/tokens`);
+  expect(await follow(`tr[id="${theirs.info.id}"] td[data-label="Made by"] a`)).toEqual({ name: OPERATOR.email, landed: `/console/operators#${operator.id}` });
+  expect(await page.locator(`tr[id="${operator.id}"] td`).first().innerText()).toContain(OPERATOR.email);
+  // A rotation under way: step 1 resumes it (named with its URL and id: its new subscription has the same description and URL).
+  await page.goto(`${server.url}/console/rotations/new?from=${sub.id}&kind=url`);
+  await Promise.all([page.waitForNavigation(), page.click("button:has-text('Create new subscription')")]);
+  const rotation = `/console/rotations/${(await server.runtime.db.get<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations WHERE old_subscription_id = ?", [sub.id]))!.id}`;
+  await page.goto(`${server.url}/console/rotations/new`);
+  expect(await follow(`a[href="${rotation}"]`)).toEqual({ name: `Resume rotation of subscription Linked to http://127.0.0.1:9/support ${sub.id}`, landed: rotation });
 }, SLOW);

@@ -1,4 +1,4 @@
-import { expect } from "bun:test";
+import { afterAll, beforeAll, expect } from "bun:test";
 import type { Database } from "../../server/db/sql.ts";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,7 +15,7 @@ import type { Logger } from "../../server/shared/log.ts";
 import { insertDelivery, insertEvent, updateDeliveryAfterAttempt } from "../../server/webhooks/store.ts";
 import { testBackend } from "../support/backend.ts";
 import { findChromium, type Browser } from "../support/chromium.ts";
-import { FAST_WEBHOOKS, type Receiver } from "../webhooks/support.ts";
+import { FAST_WEBHOOKS, startReceiver, type Receiver } from "../webhooks/support.ts";
 
 /** ARTIFACTS is where browser tests write screenshots for people to look at (not committed). */
 export const ARTIFACTS = join(import.meta.dir, "..", "artifacts", "console");
@@ -260,6 +260,39 @@ export async function signedInBrowser(server: ConsoleServer): Promise<{ browser:
   await watchCsp(page);
   await signInWithBrowser(page, server.url);
   return { browser, page, problems };
+}
+
+/** BrowserFile is what a test file's tests share (browserFile): its console server, a real receiver, and Chromium signed in as the test operator. */
+export interface BrowserFile {
+  server: ConsoleServer;
+  receiver: Receiver;
+  browser: Awaited<ReturnType<typeof launchBrowser>>;
+  page: Page;
+  /** the console errors the page reported (watchPage) */
+  problems: string[];
+}
+
+/**
+ * browserFile starts, before a test file's tests, its console server (`overrides`, `log`:
+ * startConsoleServer), a receiver and Chromium signed in (signedInBrowser), then runs `setup` on
+ * them (the file takes what it uses, makes its subscriptions, seeds its deliveries); after the
+ * tests it closes all three.
+ */
+export function browserFile(setup: (file: BrowserFile) => Promise<void>, options: { overrides?: Partial<Config>; log?: Logger } = {}): void {
+  let server: ConsoleServer | undefined;
+  let receiver: Receiver | undefined;
+  let signedIn: Awaited<ReturnType<typeof signedInBrowser>> | undefined;
+  beforeAll(async () => {
+    server = await startConsoleServer(options.overrides, options.log);
+    receiver = startReceiver();
+    signedIn = await signedInBrowser(server);
+    await setup({ server, receiver, ...signedIn });
+  }, 60_000);
+  afterAll(async () => {
+    await signedIn?.browser.close();
+    await receiver?.stop();
+    await server?.close();
+  });
 }
 
 /**

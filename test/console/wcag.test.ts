@@ -1,13 +1,12 @@
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { describe, expect, test } from "bun:test";
 import type { Page } from "playwright-core";
 import { inviteOperator } from "../../server/operators/service.ts";
-import { startReceiver, type Receiver } from "../webhooks/support.ts";
-import { colourLayers, contrastRatio, cspViolations, seedDeliveries, shoot, signedInBrowser, startConsoleServer, type ConsoleServer } from "./support.ts";
+import type { Receiver } from "../webhooks/support.ts";
+import { browserFile, colourLayers, contrastRatio, cspViolations, seedDeliveries, shoot, type ConsoleServer } from "./support.ts";
 
 // What WCAG 2.2 AA asks of the console where the s33 audit found it short. One server, one receiver
 // answering 200, one browser signed in.
 let server: ConsoleServer;
-let browser: Awaited<ReturnType<typeof signedInBrowser>>["browser"];
 let page: Page;
 let problems: string[];
 let receiver: Receiver;
@@ -18,20 +17,12 @@ let ledger: { id: string; target_url: string };
 const SLOW = 60_000;
 const url = (path: string) => `${server.url}${path}`;
 
-beforeAll(async () => {
-  server = await startConsoleServer();
-  receiver = startReceiver();
+browserFile(async (file) => {
+  ({ server, receiver, page, problems } = file);
   warehouse = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: receiver.url, description: "Warehouse", events: ["contact.created"] })).data;
   ledger = (await server.api("POST", "/public/v1/webhook-subscriptions", { target_url: `${receiver.url}?ledger`, description: "Ledger", events: ["contact.created"] })).data;
   const now = Date.now();
   await seedDeliveries(server.runtime.db, warehouse, Array.from({ length: 6 }, (_, i) => ({ at: now - 60_000 - i * 3_600_000, status: (["succeeded", "failed", "pending"] as const)[i % 3]!, response_status: i % 3 === 1 ? 503 : undefined })));
-  ({ browser, page, problems } = await signedInBrowser(server));
-}, SLOW);
-
-afterAll(async () => {
-  await browser.close();
-  await receiver.stop();
-  await server.close();
 });
 
 /**

@@ -57,7 +57,7 @@ describe("what a contact's delete leaves in the SQLite file", () => {
     }
   });
 
-  test("a deleted contact's email is overwritten in the pages its delete writes: after a checkpoint the file holds it only in the rows still live (its events)", async () => {
+  test("a deleted contact's email is overwritten in the pages its delete writes: after a checkpoint the file holds it only in the rows still live (its events, its tombstone and the tombstone's index entry), and none once its events are erased", async () => {
     const email = "erase.me.marker@example.com";
     const others = async (name: string) => {
       const items = Array.from({ length: 100 }, (_, i) => ({ first_name: `${name}${i}`, email: `${name}${i}@example.com` }));
@@ -73,6 +73,11 @@ describe("what a contact's delete leaves in the SQLite file", () => {
     const live = join(h.dataDir, "live.sqlite");
     h.db.sqlite.run(`VACUUM INTO '${live}'`);
     const events = h.db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM events WHERE instr(payload, ?) > 0").get(email)!.n;
-    expect({ file: fileCopies(join(h.dataDir, "crm.sqlite"), email), live: fileCopies(live, email), events }).toEqual({ file: 2, live: 2, events: 2 });
+    const tombstones = h.db.sqlite.query<{ n: number }, [string]>("SELECT count(*) AS n FROM tombstones WHERE email = ?").get(email)!.n;
+    expect({ file: fileCopies(join(h.dataDir, "crm.sqlite"), email), live: fileCopies(live, email), events, tombstones }).toEqual({ file: 4, live: 4, events: 2, tombstones: 1 });
+
+    expect((await h.json("POST", `/public/v1/contacts/deleted/${contact.id}/erase`)).status).toBe(200);
+    expect(h.db.sqlite.query("PRAGMA wal_checkpoint(TRUNCATE)").get()).toEqual({ busy: 0, log: 0, checkpointed: 0 });
+    expect(fileCopies(join(h.dataDir, "crm.sqlite"), email)).toBe(0);
   });
 });

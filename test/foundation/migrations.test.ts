@@ -17,6 +17,7 @@ import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc
 import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
 import { WHITE_SPACE_ROWS, WHITE_SPACE_WARNINGS, storeNamesBeforeWhiteSpace, whiteSpaceRows } from "../support/names-before-white-space.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
+import { EMAILS_AFTER, storeDeletionsBeforeEmails, tombstoneEmails } from "../support/tombstones-before-emails.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 
 const MIGRATIONS_DIR = join(import.meta.dir, "../../migrations");
@@ -217,6 +218,14 @@ describe("migrations: data", () => {
     expect(await domainRows(db)).toEqual(DOMAINS_AFTER);
     expect(warnings).toEqual(DOMAIN_WARNINGS);
     expect(await db.all("SELECT id FROM events")).toEqual([]);
+  });
+
+  test("0053 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
+    const version = MIGRATIONS.findIndex((m) => m.name === "0053_deleted_contacts_by_email.sql");
+    migrate(db.sqlite, MIGRATIONS.slice(0, version));
+    await storeDeletionsBeforeEmails(db);
+    expect(migrate(db.sqlite, MIGRATIONS.slice(0, version + 1))).toEqual(["0053_deleted_contacts_by_email.sql"]);
+    expect(await tombstoneEmails(db)).toEqual(EMAILS_AFTER);
   });
 
   test("0009 stores each header set of the recorded attempts once, keeps each attempt's signature and cuts bodies to 4 KiB; the history reads as before", async () => {

@@ -114,7 +114,7 @@ test("the console's reads answer on PostgreSQL: charts, failures, deliveries abo
   expect([aboutContact.data.map((d) => [d.id, d.subject_id]), aboutContact.total]).toEqual([[[second, contact], [first, contact]], 2]);
   expect((await latestDeliveries(db, { status: "failed" })).total).toBe(1);
   const page = await contactPage(db, contact);
-  expect([page.contact?.full_name, page.events.map((e) => e.deliveries.map((d) => d.id))]).toEqual(["Ada Lovelace", [[second], [first]]]);
+  expect([page.record?.full_name, page.events.map((e) => e.deliveries.map((d) => d.id))]).toEqual(["Ada Lovelace", [[second], [first]]]);
   // Contacts by email go through the email index on both; by name, the contacts store's FTS5 path has no PostgreSQL branch yet.
   expect((await contactsPage(db, { q: "ADA@example.com" }, "test")).contacts.map((c) => c.id)).toEqual([contact]);
   expect(await search(db, first, "operator")).toEqual({ location: `/console/deliveries/${first}` });

@@ -19,6 +19,7 @@ import { NFC_ROWS, READ_AFTER_NFC, nfcRows, readAfterNfc, storeContactsBeforeNfc
 import { DOMAINS_AFTER, DOMAIN_WARNINGS, domainRows, storeDomainsBeforeUpgrade } from "../support/domains-before-upgrade.ts";
 import { WHITE_SPACE_ROWS, WHITE_SPACE_WARNINGS, storeNamesBeforeWhiteSpace, whiteSpaceRows } from "../support/names-before-white-space.ts";
 import { KEYED_ROWS, READ_AFTER_KEYS, keyedRows, readAfterKeys, storeContactsBeforeKeys } from "../support/names-before-keys.ts";
+import { EMAILS_AFTER, storeDeletionsBeforeEmails, tombstoneEmails } from "../support/tombstones-before-emails.ts";
 import { KEPT_BEFORE_UPGRADE, keepAnswersOfRecordsDeletedBeforeUpgrade, keptRows, replayKeptAnswers, tokenBeforeUpgrade } from "../support/deleted-before-upgrade.ts";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.ts";
 
@@ -254,6 +255,16 @@ describe("postgres migrations: data, account domains", () => {
     expect(await domainRows(old)).toEqual(DOMAINS_AFTER);
     expect(warnings).toEqual(DOMAIN_WARNINGS);
     expect(await old.all("SELECT id FROM events")).toEqual([]);
+  });
+});
+
+describe("postgres migrations: data, deleted contacts by email", () => {
+  test("0053 gives each contact tombstone the email its newest event held, so Find finds it; an erased contact's, one without an email or events, and an account's get none", async () => {
+    const old = await freshPostgres();
+    await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version < 53));
+    await storeDeletionsBeforeEmails(old);
+    expect(await migratePostgres(old, POSTGRES_MIGRATIONS.filter((m) => m.version <= 53))).toEqual(["0053_deleted_contacts_by_email.sql"]);
+    expect(await tombstoneEmails(old)).toEqual(EMAILS_AFTER);
   });
 });
 
@@ -575,6 +586,12 @@ describe("postgres migrations: the schema equals SQLite's", () => {
     }
     const [gin] = await db.all<{ method: string }>("SELECT am.amname AS method FROM pg_class c JOIN pg_am am ON am.oid = c.relam WHERE c.relname = 'contacts_full_name'");
     expect(gin).toEqual({ method: "gin" });
+  });
+
+  test("no index on events reads the payload, on either backend: a contact's create and update (POST /contacts) write no index entry for its email, a deleted contact's is kept on its tombstone", async () => {
+    const sqliteEvents = sqlite.query<{ name: string; sql: string }, []>("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'events' AND sql IS NOT NULL").all();
+    const postgresEvents = await db.all<{ name: string; sql: string }>("SELECT indexname AS name, indexdef AS sql FROM pg_indexes WHERE schemaname = 'public' AND tablename = 'events'");
+    expect([...sqliteEvents, ...postgresEvents].filter((index) => index.sql.includes("payload")).map((index) => index.name)).toEqual([]);
   });
 
   test("every table has the same foreign keys", async () => {

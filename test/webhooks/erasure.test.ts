@@ -35,7 +35,7 @@ describe("erasing a deleted contact's earlier events", () => {
     expect((await h.request("DELETE", `/public/v1/contacts/${id}`)).status).toBe(204);
     await waitFor(() => live.received.length === 6, "contact.deleted at the live receiver");
     const before = await tablesHolding(h.rt.db, [EMAIL]);
-    expect(Object.keys(before[EMAIL]!).sort()).toEqual(["events", "webhook_delivery_attempts", "webhook_header_sets"]);
+    expect(Object.keys(before[EMAIL]!).sort()).toEqual(["events", "tombstones", "webhook_delivery_attempts", "webhook_header_sets"]);
 
     const res = await erase(h, `contacts/deleted/${id}`);
     expect(res.status).toBe(200);

@@ -5,6 +5,8 @@ import { createOperator, inviteOperator, issueSetupCode, OPERATOR_LINK_TTL_MS, S
 import type { Db } from "../../server/db/sql.ts";
 import { pruneHistory, startRetentionJob } from "../../server/webhooks/retention.ts";
 import { insertAttempt } from "../../server/webhooks/store.ts";
+import { search } from "../../console/search/service.ts";
+import { tablesHolding } from "../support/personal-data.ts";
 import { queryPlan, type Captured } from "../support/query-plans.ts";
 import { addStoredDeliveries, addStoredSubscription, settledDeliveries, startReceiver, waitFor, webhookHarness, type Receiver, type WebhookHarness } from "./support.ts";
 
@@ -37,9 +39,9 @@ describe("retention", () => {
     expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts"), count("idempotency_keys"), count("webhook_attempt_stats")])).toEqual([4, 2, 2, 1, 2]);
 
     // Hourly attempt statistics are kept 7 days and an hour, the longest stats window.
-    expect(await pruneHistory(h.rt, Date.now() + 7 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
-    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 2, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
-    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 7 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 1, attempt_stats: 0, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 29 * DAY)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 2, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + 31 * DAY)).toEqual({ deliveries: 1, events: 3, idempotency_keys: 0, attempt_stats: 0, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
     expect(await Promise.all([count("events"), count("webhook_deliveries"), count("webhook_delivery_attempts")])).toEqual([1, 1, 1]);
     // The deleted contact's tombstone outlives the delivery history: 90 days by default.
     expect(await count("tombstones")).toBe(1);
@@ -59,6 +61,48 @@ async function waitForAttempts(harness: WebhookHarness): Promise<any[]> {
   }
 }
 
+describe("retention: a deleted contact's email", () => {
+  test("a tombstone keeps the email its contact had only for the delivery retention after the delete, as the contact's events do: past it the run forgets it and Find finds the contact by it no more; a newer deletion keeps it", async () => {
+    h = await webhookHarness({ deliveryRetentionDays: 30 });
+    const deleted: Record<string, string> = {};
+    for (const email of ["old.gone@example.com", "new.gone@example.com"]) {
+      deleted[email] = (await h.json("POST", "/public/v1/contacts", { body: { email } })).body.data.id;
+      expect((await h.json("DELETE", `/public/v1/contacts/${deleted[email]}`)).status).toBe(204);
+    }
+    // The older contact was made and deleted 31 days ago: its events and its deletion are that old.
+    const monthAgo = Date.now() - 31 * DAY;
+    await h.rt.db.run("UPDATE events SET created_at = ? WHERE subject_id = ?", [monthAgo, deleted["old.gone@example.com"]!]);
+    await h.rt.db.run("UPDATE tombstones SET deleted_at = ? WHERE id = ?", [monthAgo, deleted["old.gone@example.com"]!]);
+    const emails = () => h.rt.db.all("SELECT id, email FROM tombstones ORDER BY id");
+    const found = (email: string) => search(h.rt.db, email, "operator");
+    const statements: Captured[] = [];
+    const write = h.rt.db.write.bind(h.rt.db);
+    h.rt.db.write = <T>(work: (tx: Db) => Promise<T>): Promise<T> =>
+      write((tx) => work({ dialect: tx.dialect, all: tx.all.bind(tx), get: tx.get.bind(tx), run: (sql, params = []) => (statements.push({ sql, params: [...params] }), tx.run(sql, params)) }));
+
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 2, idempotency_keys: 0, attempt_stats: 0, tombstone_emails: 1, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await emails()).toEqual([
+      { id: deleted["old.gone@example.com"], email: null },
+      { id: deleted["new.gone@example.com"], email: "new.gone@example.com" },
+    ]);
+    // The older contact's email is gone from the database, as README's personal data table says.
+    expect(await tablesHolding(h.rt.db, Object.keys(deleted))).toEqual({ "old.gone@example.com": {}, "new.gone@example.com": { events: 1, tombstones: 1 } });
+    expect(await found("old.gone@example.com")).toEqual({ nothing: "No contact has the email \u2068old.gone@example.com\u2069." });
+    expect(await found("new.gone@example.com")).toEqual({ location: `/console/contacts/${deleted["new.gone@example.com"]}` });
+    // The tombstone itself stays for its own retention, listed and found by its id.
+    expect(await Promise.all(Object.values(deleted).map((id) => found(id)))).toEqual(Object.values(deleted).map((id) => ({ location: `/console/contacts/${id}` })));
+    expect((await h.json("GET", "/public/v1/contacts/deleted")).body.data.map((t: { id: string }) => t.id).toSorted()).toEqual(Object.values(deleted).toSorted());
+    if (h.rt.db.dialect === "sqlite") {
+      // Found through the index of the tombstones holding an email, by deletion time: not by reading every tombstone.
+      const forgetting = statements.filter((c) => /^UPDATE tombstones SET email = NULL/.test(c.sql.trimStart()));
+      expect(forgetting.flatMap((c) => queryPlan(h.db.sqlite, c)).filter((line) => /^(SCAN|SEARCH) tombstones\b/.test(line))).toEqual([
+        "SEARCH tombstones USING PRIMARY KEY (resource=? AND id=?)",
+        "SEARCH tombstones USING INDEX tombstones_email_deleted (deleted_at<?)",
+      ]);
+    }
+  });
+});
+
 describe("retention: recent history", () => {
   test("a run keeps settled history younger than the retention period", async () => {
     h = await webhookHarness();
@@ -66,7 +110,7 @@ describe("retention: recent history", () => {
     await h.subscribe(r.url, ["contact.created"]);
     await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } });
     await settledDeliveries(h);
-    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
     expect(await count("webhook_deliveries")).toBe(1);
   });
 });
@@ -97,7 +141,7 @@ describe("retention: what the console leaves", () => {
     await issueSetupCode(h.rt.db, Date.now() - SETUP_CODE_TTL_MS - 1);
     expect(await Promise.all([count("subscription_rotations"), count("operator_links"), count("operator_setup_codes")])).toEqual([6, 2, 2]);
 
-    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 2, expired_links: 2 });
+    expect(await pruneHistory(h.rt)).toEqual({ deliveries: 0, events: 0, idempotency_keys: 0, attempt_stats: 0, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 2, expired_links: 2 });
     const rotations = await h.rt.db.all<{ id: string }>("SELECT new_subscription_id AS id FROM subscription_rotations");
     expect(rotations.map((row) => row.id).toSorted()).toEqual([underWay.id, abandonedToday.id, finishedInUse.id, finishedToday.id].toSorted());
     expect(await h.rt.db.all("SELECT email FROM operator_links")).toEqual([{ email: "soon@example.com" }]);
@@ -200,7 +244,7 @@ describe("retention: header sets a stopped run left", () => {
     expect(await headerSets()).toHaveLength(2);
 
     // The run after the restart has no delivery left to delete (only the events the stopped one did not reach).
-    expect(await pruneHistory(h.rt, Date.now() + DAY)).toEqual({ deliveries: 0, events: 2, idempotency_keys: 0, attempt_stats: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
+    expect(await pruneHistory(h.rt, Date.now() + DAY)).toEqual({ deliveries: 0, events: 2, idempotency_keys: 0, attempt_stats: 0, tombstone_emails: 0, tombstones: 0, rotations_without_replacement: 0, expired_links: 0 });
     expect(await headerSets()).toEqual([]);
   });
 });
