@@ -95,7 +95,7 @@ describe("auto-disable: happy paths", () => {
     dying.respond(() => new Response("ok"));
     const enabled = await enable(sub.id);
     expect(enabled.status).toBe(200);
-    expect(enabled.body.data).toEqual({ ...disabled, status: "active", disabled_at: null, disabled_reason: null, failing_since: null, updated_at: expect.stringMatching(ISO) });
+    expect(enabled.body.data).toEqual({ ...disabled, status: "active", disabled_at: null, disabled_reason: null, disabled_by: null, failing_since: null, updated_at: expect.stringMatching(ISO) });
     await createContact("Linus");
     await waitFor(() => dying.received.find((r) => r.json?.data?.first_name === "Linus"), "a delivery after enabling");
     const after = await settledDeliveries(h, `subscription_id=${sub.id}`);
