@@ -61,6 +61,9 @@ describe("conditional writes: refused", () => {
     expect({ status: patch.status, etag: patch.headers.get("etag"), body: patch.body }).toEqual({ status: 412, etag: '"2"', body: stale("contact", id, 2, "1") });
     const weak = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Mallory" }, headers: { "if-match": 'W/"2"' } });
     expect(weak.body).toEqual(stale("contact", id, 2, "a version If-Match names"));
+    // Entity tags compare character by character (RFC 9110 8.8.3.2): "02" is not "2" (s37 mutation audit).
+    const padded = await h.json("PATCH", `/public/v1/contacts/${id}`, { body: { first_name: "Mallory" }, headers: { "if-match": '"02"' } });
+    expect([padded.status, padded.body]).toEqual([412, stale("contact", id, 2, "a version If-Match names")]);
     const removal = await h.json("DELETE", `/public/v1/contacts/${id}`, { headers: { "if-match": '"1", "3"' } });
     expect(removal.body).toEqual(stale("contact", id, 2, "1 or 3"));
     const stored = await h.json("GET", `/public/v1/contacts/${id}`);

@@ -32,24 +32,33 @@ function answerOf(res: RawResponse) {
   return { status: res.status, type, title: /<title>([^<]*)<\/title>/.exec(body)?.[1], main: /<main[^>]*>([\s\S]*)<\/main>/.exec(body)?.[1] };
 }
 
-/** sendDeclared sends a body of `bytes` bytes with its Content-Length on a new connection and returns the answer. */
-async function sendDeclared(path: string, headers: Record<string, string>, bytes: number): Promise<RawResponse> {
+/** bodyOf is the body a send gives: `body` itself, or that many bytes of "a". */
+const bodyOf = (body: number | Buffer) => (typeof body === "number" ? Buffer.alloc(body, "a") : body);
+
+/** sendDeclared sends a body (bodyOf) with its Content-Length on a new connection and returns the answer. */
+async function sendDeclared(path: string, headers: Record<string, string>, body: number | Buffer): Promise<RawResponse> {
+  const bytes = bodyOf(body);
   const c = new Connection(port);
-  const head = Object.entries({ host: "127.0.0.1", ...headers, "content-length": String(bytes) }).map(([k, v]) => `${k}: ${v}\r\n`);
+  const head = Object.entries({ host: "127.0.0.1", ...headers, "content-length": String(bytes.length) }).map(([k, v]) => `${k}: ${v}\r\n`);
   c.write(`POST ${path} HTTP/1.1\r\n${head.join("")}\r\n`);
-  c.writeBytes(Buffer.alloc(bytes, "a"));
+  c.writeBytes(bytes);
   const answer = await c.response();
   c.destroy();
   return answer;
 }
 
-/** sendChunked sends a body of `bytes` bytes in 64 KiB chunks without a declared length, on a new connection, and returns the answer. */
-async function sendChunked(path: string, headers: Record<string, string>, bytes: number): Promise<RawResponse> {
+/** sendChunked sends a body (bodyOf) in 64 KiB chunks without a declared length, on a new connection, and returns the answer. */
+async function sendChunked(path: string, headers: Record<string, string>, body: number | Buffer): Promise<RawResponse> {
+  const bytes = bodyOf(body);
   const c = new Connection(port);
   const head = Object.entries({ host: "127.0.0.1", ...headers, "transfer-encoding": "chunked" }).map(([k, v]) => `${k}: ${v}\r\n`);
   c.write(`POST ${path} HTTP/1.1\r\n${head.join("")}\r\n`);
-  const chunk = "a".repeat(64 * 1024);
-  for (let sent = 0; sent < bytes; sent += chunk.length) c.write(`${chunk.length.toString(16)}\r\n${chunk}\r\n`);
+  for (let sent = 0; sent < bytes.length; sent += 64 * 1024) {
+    const chunk = bytes.subarray(sent, sent + 64 * 1024);
+    c.write(`${chunk.length.toString(16)}\r\n`);
+    c.writeBytes(chunk);
+    c.write("\r\n");
+  }
   c.write("0\r\n\r\n");
   const answer = await c.response();
   c.destroy();
@@ -63,6 +72,17 @@ describe("request bodies past 1 MiB, through a real server", () => {
     const console = await sendDeclared("/console/login", { "content-type": "application/x-www-form-urlencoded" }, 3_000_000);
     expect([answerOf(api), answerOf(console)]).toEqual([{ status: 413, type: "application/problem+json", body: TOO_LARGE }, TOO_LARGE_PAGE]);
     expect(await running.server.runtime.db.get("SELECT count(*) AS n FROM contacts")).toEqual({ n: 0 });
+  });
+
+  test("a body of exactly 1 MiB is within the limit: a contact padded to MAX_BODY_BYTES with spaces is created, declared or chunked (s37 mutation audit)", async () => {
+    const token = (await createApiToken(running.server.runtime.db, "bodies-at-the-limit")).token;
+    const atTheLimit = (first_name: string) => Buffer.from(JSON.stringify({ first_name }).padEnd(MAX_BODY_BYTES, " "));
+    const json = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+    const answers = [await sendDeclared("/public/v1/contacts", json, atTheLimit("Declared")), await sendChunked("/public/v1/contacts", json, atTheLimit("Chunked"))];
+    expect(answers.map((res) => [res.status, answerOf(res).body.data?.first_name])).toEqual([
+      [201, "Declared"],
+      [201, "Chunked"],
+    ]);
   });
 
   test("a console form past 64 KiB gets the 413 page, declared or chunked, before its fields are looked at", async () => {

@@ -131,6 +131,10 @@ describe("a recovery queues its failed deliveries a chunk per write", () => {
     const db = h!.rt.db;
     expect([first.status, first.body.type]).toEqual([503, "urn:crm:problem:database-unavailable"]);
     expect(first.body.detail).toEndWith(`Part of this request was done before this refusal, and stays done: ${CHUNK} of the subscription's failed deliveries were queued again. Sending the request again finishes it.`);
+    // Another body under the key is another request, refused as for a kept answer: it does not go on from where the first one got to (s37 mutation audit).
+    const other = await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, { ...request, body: { since: new Date(Date.now() - 90 * 60_000).toISOString() } });
+    expect([other.status, other.body.type]).toEqual([422, "urn:crm:problem:idempotency-key-reused"]);
+    expect(await statuses(db, sub)).toEqual({ failed: 25 });
     // Sent again and refused at its first write, it loses nothing of where the first one got to.
     const refusedAll = refuseWrites(db, async () => true);
     expect((await h!.json("POST", `/public/v1/webhook-subscriptions/${sub}/recover`, request)).status).toBe(503);

@@ -2,6 +2,7 @@ import { describe, expect, test } from "bun:test";
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import { gzipSync } from "node:zlib";
 import { Webhook } from "standardwebhooks";
+import { RETRY_AFTER_CAP_MS } from "../../server/limits/limits.ts";
 import { createLogger } from "../../server/shared/log.ts";
 import { VERSION } from "../../server/version.ts";
 import { findSubscription, listDeliveriesPage } from "../../server/webhooks/service.ts";
@@ -559,6 +560,45 @@ describe("webhook deliveries: failures and retries", () => {
     const attempts = Object.fromEntries(settled.map((d) => [d.event_type === "webhook.ping" ? "ping" : d.id, d.attempts]));
     expect(Object.values(attempts).sort()).toEqual([1, 1, 1, 1, 1, 1, 2]);
     expect(seen().slice(2).sort()).toEqual([first, ...backlog].map((c) => `contact.created ${c.id}`).sort());
+  });
+
+  test("only a 429 or 503 with Retry-After holds a subscription, for at most an hour, and a later shorter one does not shorten the hold: a 500 with Retry-After holds nothing (s37 mutation audit)", async () => {
+    // No retries: a test ping answered with Retry-After: 1 would otherwise be sent again a second later, and take the next answer.
+    h = await scope.harness({ retrySchedule: [], rateReadPerSecond: 100_000, rateReadBurst: 100_000 });
+    const later = (status: number, seconds: number) => new Response("later", { status, headers: { "retry-after": String(seconds) } });
+    /** answering subscribes a receiver that gives `firsts` in turn, then 204s. */
+    const answering = async (path: string, ...firsts: Response[]) => {
+      const r = receiver(path);
+      r.respond((_, i) => firsts[i] ?? new Response(null, { status: 204 }));
+      return { r, sub: await h.subscribe(r.url, ["contact.created"]) };
+    };
+    const unavailable = await answering("/503", later(503, 60));
+    const poisoned = await answering("/500", later(500, 60));
+    const aDay = await answering("/a-day", later(429, 86_400));
+    // Its test pings, sent during the hold, are answered asking for less, then for more.
+    const pinged = await answering("/pinged", later(429, 60), later(429, 1), later(429, 120));
+    const heldUntil = async (id: string) => (await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data.held_until as string | null;
+    const heldFor = async (id: string) => Date.parse(await waitFor(() => heldUntil(id), `the hold of ${id}`)) - Date.now();
+    await createContact({ first_name: "First" });
+
+    expect(await heldFor(unavailable.sub.id)).toBeGreaterThan(50_000);
+    const dayHold = await heldFor(aDay.sub.id);
+    expect([dayHold > RETRY_AFTER_CAP_MS - 60_000, dayHold <= RETRY_AFTER_CAP_MS]).toEqual([true, true]);
+    // The 500's Retry-After would put off its own delivery's retry, and no other: the next one goes out at once.
+    await waitFor(async () => (await h.deliveries(`subscription_id=${poisoned.sub.id}`))[0]?.attempts === 1, "the 500 recorded");
+    expect(await heldUntil(poisoned.sub.id)).toBeNull();
+    await createContact({ first_name: "Second" });
+    await waitFor(() => poisoned.r.received.length === 2, "the second delivery to the receiver that answered 500");
+    expect(unavailable.r.received).toHaveLength(1);
+
+    const pingAnswered = async () => {
+      const ping = (await h.json("POST", `/public/v1/webhook-subscriptions/${pinged.sub.id}/test`)).body.data;
+      await waitFor(async () => (await h.delivery(ping.delivery_id)).attempts === 1, "the test ping's answer recorded");
+      return heldUntil(pinged.sub.id);
+    };
+    const first = await waitFor(() => heldUntil(pinged.sub.id), "the pinged subscription's hold");
+    expect(await pingAnswered()).toBe(first);
+    expect(Date.parse((await pingAnswered())!)).toBeGreaterThan(Date.parse(first));
   });
 
   test("redirects are not followed: a 3xx is a failed attempt, whose Location is kept with its response headers and never logged", async () => {

@@ -7,7 +7,8 @@ import { LATENCY_BOUNDS_MS } from "../../server/webhooks/stats.ts";
 import { WAITING_COUNTED } from "../../server/webhooks/model.ts";
 import { MAX_PER_SUBSCRIPTION } from "../../server/webhooks/worker.ts";
 import { parseExposition } from "../ops/prometheus.ts";
-import { markSubscriptionFailing } from "../../server/webhooks/store.ts";
+import { disableGone, trackFailingStreak } from "../../server/webhooks/health.ts";
+import { findSubscriptionById, markSubscriptionFailing } from "../../server/webhooks/store.ts";
 import { expectProblem, ISO } from "../foundation/support.ts";
 import { addOperator, ConsoleClient } from "../console/support.ts";
 import { addStoredDeliveries, addStoredSubscription, refuseWhile, settledDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
@@ -17,6 +18,7 @@ let h: WebhookHarness;
 
 /** SECONDS_AS_HOURS turns seconds into the hours --disable-failing-after-hours takes. */
 const secondsAsHours = (s: number) => s / 3600;
+const HOUR_MS = 3_600_000;
 const createContact = async (first_name = "Ada") => (await h.json("POST", "/public/v1/contacts", { body: { first_name } })).body.data;
 const getSubscription = async (id: string) => (await h.json("GET", `/public/v1/webhook-subscriptions/${id}`)).body.data;
 const enable = (id: string, headers: Record<string, string> = {}) => h.json("POST", `/public/v1/webhook-subscriptions/${id}/enable`, { headers });
@@ -95,12 +97,42 @@ describe("auto-disable: happy paths", () => {
     dying.respond(() => new Response("ok"));
     const enabled = await enable(sub.id);
     expect(enabled.status).toBe(200);
-    expect(enabled.body.data).toEqual({ ...disabled, status: "active", disabled_at: null, disabled_reason: null, failing_since: null, updated_at: expect.stringMatching(ISO) });
+    expect(enabled.body.data).toEqual({ ...disabled, status: "active", disabled_at: null, disabled_reason: null, disabled_by: null, failing_since: null, updated_at: expect.stringMatching(ISO) });
     await createContact("Linus");
     await waitFor(() => dying.received.find((r) => r.json?.data?.first_name === "Linus"), "a delivery after enabling");
     const after = await settledDeliveries(h, `subscription_id=${sub.id}`);
     expect(after.map((d) => d.status)).toEqual(["succeeded", "failed"]);
     expect((await getSubscription(sub.id)).failing_since).toBeNull();
+  });
+
+  test("the limit is when: a streak 10 minutes short of --disable-failing-after-hours is left active at its next failure, one 10 minutes past it is disabled (s37 mutation audit)", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 2, retrySchedule: [3600] });
+    const failingFor = async (ms: number) => {
+      const r = scope.receiver(`/failing-${ms}`);
+      r.respond(() => new Response("down", { status: 500 }));
+      const sub = await h.subscribe(r.url, ["contact.created"]);
+      await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, Date.now() - ms));
+      return sub.id;
+    };
+    const short = await failingFor(2 * HOUR_MS - 10 * 60_000);
+    const past = await failingFor(2 * HOUR_MS + 10 * 60_000);
+    await createContact();
+    await waitFor(async () => (await h.deliveries()).filter((d: { attempts: number }) => d.attempts === 1).length === 2, "both attempts recorded");
+    expect([(await getSubscription(short)).status, (await getSubscription(past)).status]).toEqual(["active", "disabled"]);
+  });
+
+  test("a failure recorded for a subscription disabled meanwhile (its attempt under way at a 410) disables nothing again: the 410's reason and time stay, one subscription.disabled (s37 mutation audit)", async () => {
+    h = await scope.harness({ disableFailingAfterHours: 2 });
+    const sub = await h.subscribe(scope.receiver().url, ["contact.created"]);
+    const now = Date.now();
+    await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, now - 3 * HOUR_MS));
+    await h.rt.db.write(async (tx) => disableGone(tx, (await findSubscriptionById(tx, sub.id))!, "wd_gone", now));
+    const disabled = await getSubscription(sub.id);
+    expect(disabled).toMatchObject({ status: "disabled", disabled_reason: "the receiver answered 410 Gone to delivery wd_gone" });
+    // recordAttempt reads the subscription again for the attempt that ends after the disable.
+    expect(await h.rt.db.write(async (tx) => trackFailingStreak(tx, 2, (await findSubscriptionById(tx, sub.id))!, now + 1000))).toBeNull();
+    expect(await getSubscription(sub.id)).toEqual(disabled);
+    expect(await h.rt.db.all("SELECT type FROM events WHERE type = 'subscription.disabled'")).toEqual([{ type: "subscription.disabled" }]);
   });
 
   test("a success ends the failing streak, so failures spread over a longer time do not disable", async () => {

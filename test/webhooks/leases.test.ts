@@ -157,6 +157,25 @@ describe("webhook leases: an attempt that outlived its lease", () => {
   });
 });
 
+describe("webhook leases: a delivery another instance leased", () => {
+  test("is not claimed while its lease runs (its attempt under way there, or its instance crashed): the claim sends the next one, and leaves it as leased (s37 mutation audit)", async () => {
+    h = await scope.harness();
+    const r = scope.receiver();
+    await h.subscribe(r.url, ["contact.created"]);
+    await h.rt.deliveries.stop(0);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    const [leased] = await h.deliveries();
+    const takenUntil = Date.now() + 10 * 60_000;
+    await takeOverLease(leased.id, takenUntil);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } })).status).toBe(201);
+    h.rt.deliveries.start();
+    await waitFor(() => r.received.length === 1, "the next delivery at the receiver");
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the claim's attempts to end");
+    expect(r.received.map((request) => request.json.data.first_name)).toEqual(["Grace"]);
+    expect(await stored(leased.id)).toEqual({ status: "pending", attempts: 0, locked_until: takenUntil });
+  });
+});
+
 describe("webhook leases: a claim that waited for the write lock", () => {
   test("leases for the timeout plus 2 s from when it got the lock, not from when it asked: the lease outlasts the attempt", async () => {
     h = await scope.harness({ deliveryTimeoutMs: 1000, retrySchedule: [1] });

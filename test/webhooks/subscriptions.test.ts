@@ -386,6 +386,21 @@ describe("webhook subscriptions: security", () => {
     ]);
   });
 
+  test("a network the switch lists admits only addresses of its own family: 0.0.0.0/8 admits neither ::1 nor an IPv4-mapped address, fd00::/8 no IPv4 address whose top bits are the same (s37 mutation audit)", async () => {
+    h = await createHarness({ allowPrivateTargets: ["0.0.0.0/8", "fd00::/8"] });
+    const hint = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
+    const answers: [string, number, string | null][] = [];
+    for (const url of ["http://[::1]:8080/hooks", "http://[::ffff:127.0.0.1]:8080/hooks", "http://253.0.0.7/hooks"]) {
+      const res = await create({ target_url: url, events: ["contact.created"] });
+      answers.push([url, res.status, res.body.errors?.[0]?.detail ?? null]);
+    }
+    expect(answers).toEqual([
+      ["http://[::1]:8080/hooks", 422, `address ::1 is loopback; ${hint}`],
+      ["http://[::ffff:127.0.0.1]:8080/hooks", 422, `address ::ffff:7f00:1 is IPv4-mapped IPv6; ${hint}`],
+      ["http://253.0.0.7/hooks", 422, `address 253.0.0.7 is reserved; ${hint}`],
+    ]);
+  });
+
   test("every route needs a token", async () => {
     h = await createHarness();
     for (const [method, path] of [["POST", ""], ["GET", ""], ["GET", "/sub_x"], ["DELETE", "/sub_x"], ["POST", "/sub_x/test"]] as const) {
