@@ -17,6 +17,7 @@ import { addressAsHost } from "./webhooks/targets.ts";
 import { startNameIndexing } from "./contacts/service.ts";
 import { settlesWithin } from "./shared/time.ts";
 import { hasOperators, issueSetupCode } from "./operators/service.ts";
+import { connectionCapWithin, DESCRIPTOR_RESERVE, openFileLimit } from "./limits/open-files.ts";
 
 export interface RunningServer {
   url: string;
@@ -140,8 +141,33 @@ async function migrateDataDirectory(config: Config, log: Logger): Promise<void> 
   await migrateAlone(file, config.synchronous, pending, secrets, (message, fields) => log.warn(message, fields));
 }
 
+/**
+ * withinOpenFileLimit is `config` with its connection cap lowered to what the open-file limit holds
+ * (connectionCapWithin), saying so in one warning; `config` itself when it fits.
+ */
+function withinOpenFileLimit(config: Config, log: Logger, limit = openFileLimit()): Config {
+  const cap = connectionCapWithin(config.maxConnections, limit);
+  if (cap === null) return config;
+  log.warn(
+    `the open-file limit (${limit}) cannot hold --max-connections ${config.maxConnections} beside the service's own descriptors (${DESCRIPTOR_RESERVE}): at most ${cap} connections are served at once, the next get 503; raise the limit to ${config.maxConnections + DESCRIPTOR_RESERVE} or more (LimitNOFILE= in the unit, ulimit -n before serve)`,
+    { open_file_limit: limit, max_connections: config.maxConnections, connections_served: cap },
+  );
+  return { ...config, maxConnections: cap };
+}
+
+/**
+ * startHttpClient makes Bun start its fetch thread now: started on the first fetch, it needs a free
+ * descriptor for its event loop, and when there is none Bun exits ("ran out of file descriptors")
+ * instead of failing the fetch. Port 0 refuses at once, sending nothing anywhere.
+ */
+async function startHttpClient(): Promise<void> {
+  await fetch("http://127.0.0.1:0/").catch(() => {});
+}
+
 /** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */
-export async function startServer(config: Config, log: Logger = createLogger(config.logLevel)): Promise<RunningServer> {
+export async function startServer(givenConfig: Config, log: Logger = createLogger(givenConfig.logLevel)): Promise<RunningServer> {
+  const config = withinOpenFileLimit(givenConfig, log);
+  await startHttpClient();
   // Instances share a PostgreSQL database by design; a SQLite data directory serves one: a second
   // serve would run its own group-commit writer, rate limits and per-subscription caps on the file.
   if (!config.databaseUrl) databasePath(config.dataDir); // checks the directory, creating it, before the lock goes in

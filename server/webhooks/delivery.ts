@@ -75,6 +75,8 @@ export interface AttemptResult {
    * a refused address, nor an attempt interrupted here); the delivery loop sends it fewer at once
    */
   unanswered: boolean;
+  /** the attempt failed here, before reaching the receiver (localFaultOf): it spends no attempt and says nothing of the receiver */
+  local_fault: boolean;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -252,6 +254,19 @@ function firstToConnect(addresses: string[], port: number, signal: AbortSignal, 
   });
 }
 
+/** LOCAL_FAULT_CODES are the failures of this machine, not the receiver's: no descriptor was free for the connection (the process's or the system's). */
+const LOCAL_FAULT_CODES = new Set(["EMFILE", "ENFILE"]);
+
+/**
+ * localFaultOf returns the code of an attempt's failure that lies with this machine (LOCAL_FAULT_CODES),
+ * on fetch's connection (`error`) or on a connection raced to another address (`unreachedCodes`), or null.
+ */
+export function localFaultOf(error: unknown, unreachedCodes: string[]): string | null {
+  const code = errorCode(error);
+  if (code !== undefined && LOCAL_FAULT_CODES.has(code)) return code;
+  return unreachedCodes.find((c) => LOCAL_FAULT_CODES.has(c)) ?? null;
+}
+
 /** notTried words the addresses of a name an attempt left untried (past MAX_ADDRESSES_PER_ATTEMPT), or "" for none. */
 const notTried = (count: number) => (count === 0 ? "" : `, and ${count} more ${count === 1 ? "address" : "addresses"} not tried`);
 
@@ -309,6 +324,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     retry_after_ms: null,
     refused_address: null,
     unanswered: false,
+    local_fault: false,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
@@ -368,11 +384,16 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
   } catch (error) {
     const interruption: unknown = request.signal.reason;
     if (error instanceof TargetRefused) result.refused_address = error.address;
+    const localFault = localFaultOf(error, unreached.map((u) => u.code));
     if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
+    else if (localFault !== null) {
+      result.local_fault = true;
+      result.error = `not sent: this server is out of file descriptors (${localFault}); the receiver was not contacted, and the delivery is tried again shortly without spending an attempt`;
+    }
     // Every address tried was unreached: the record names them all, and counts those not tried.
     else if (error instanceof EveryAddressUnreached || unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
-    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && (timeout.aborted || result.response_status === null);
+    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && !result.local_fault && (timeout.aborted || result.response_status === null);
   }
   if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;

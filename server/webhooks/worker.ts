@@ -82,7 +82,7 @@ export const MAX_MANUAL_ATTEMPTS = 16;
  */
 const MAX_SCHEDULED_ATTEMPTS = MAX_IN_FLIGHT + GUARANTEED_PER_SUBSCRIPTION * MAX_SUBSCRIPTIONS;
 /** MAX_ATTEMPTS_AT_ONCE is the most requests the loop has Bun's fetch send at once, scheduled and manual. */
-const MAX_ATTEMPTS_AT_ONCE = MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS;
+export const MAX_ATTEMPTS_AT_ONCE = MAX_SCHEDULED_ATTEMPTS + MAX_MANUAL_ATTEMPTS;
 if (MAX_ATTEMPTS_AT_ONCE > BUN_FETCH_LIMIT) {
   throw new Error(`webhook attempts at once (${MAX_SCHEDULED_ATTEMPTS} scheduled + ${MAX_MANUAL_ATTEMPTS} manual) pass Bun's fetch limit of ${BUN_FETCH_LIMIT}`);
 }
@@ -302,6 +302,9 @@ async function lease(tx: Db, picked: DueDelivery[], until: number): Promise<DueD
   return picked.map((p) => ({ ...p, locked_until: until }));
 }
 
+/** LOCAL_FAULT_RETRY_MS is how soon a delivery is tried again after an attempt that failed here, before reaching its receiver (AttemptResult.local_fault). */
+const LOCAL_FAULT_RETRY_MS = 5000;
+
 /** succeeded: a 2xx answer read to the end within the timeout (a 2xx whose body never ends is a failed attempt). */
 const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
 
@@ -317,6 +320,14 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
 async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
   const current = await findStoredDelivery(db, due.id);
   if (!current) return null;
+  if (result.local_fault && current.locked_until === due.locked_until) {
+    // Nothing reached the receiver: no attempt is stored or counted, its streak and schedule stay
+    // as they were, and the delivery shows why it waits (last_error) until it is tried again soon.
+    const next = current.status === "pending" && trigger === "scheduled" ? now + LOCAL_FAULT_RETRY_MS : current.next_attempt_at;
+    const row = { ...current, next_attempt_at: next, locked_until: null, last_error: result.error, updated_at: now };
+    await updateDeliveryAfterAttempt(db, row);
+    return { delivery: row, previousStatus: current.status, late: false, pendingFailed: 0, streakDisable: null };
+  }
   const attempt = current.attempts + 1;
   // An erasure committed while the attempt was under way failed the delivery (so only a delivery no
   // longer pending can be one) and dropped its attempts' answers, signatures and request headers
@@ -1057,7 +1068,8 @@ export class DeliveryLoop {
       await a.inRecordWrite?.(tx);
     }
     if (healthy.size > 0) await markSubscriptionsHealthy(tx, [...healthy]);
-    await addAttemptStats(tx, attempts.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
+    const sent = attempts.filter((a) => !a.result.local_fault);
+    await addAttemptStats(tx, sent.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
     return rows;
   }
 

@@ -1,0 +1,48 @@
+import { describe, expect, test } from "bun:test";
+import { DESCRIPTOR_RESERVE } from "../../server/limits/open-files.ts";
+import { Connection } from "../limits/support.ts";
+import { createToken, SOURCE, spawnServer, tempDir } from "./support.ts";
+
+/** LIMIT is the open-file limit (soft and hard, as `ulimit -n` sets them) the service is started under. */
+const LIMIT = DESCRIPTOR_RESERVE + 12;
+
+describe("open-file limit", () => {
+  test("under a limit that cannot hold --max-connections, serve warns once naming both and answers 503 too-many-connections past the lowered cap instead of leaving clients unanswered", async () => {
+    const dataDir = tempDir("open-files");
+    const token = createToken(SOURCE, dataDir);
+    const server = await spawnServer(["prlimit", `--nofile=${LIMIT}:${LIMIT}`, ...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--max-connections", "100", "--max-connections-per-client", "100"]);
+    const connections: Connection[] = [];
+    try {
+      const warnings = server.logLines().filter((line) => line.level === "warn" && "open_file_limit" in line);
+      expect(warnings.map(({ msg, open_file_limit, max_connections, connections_served }) => ({ msg, open_file_limit, max_connections, connections_served }))).toEqual([
+        {
+          msg: `the open-file limit (${LIMIT}) cannot hold --max-connections 100 beside the service's own descriptors (${DESCRIPTOR_RESERVE}): at most 12 connections are served at once, the next get 503; raise the limit to ${100 + DESCRIPTOR_RESERVE} or more (LimitNOFILE= in the unit, ulimit -n before serve)`,
+          open_file_limit: LIMIT,
+          max_connections: 100,
+          connections_served: 12,
+        },
+      ]);
+      const port = Number(new URL(server.url).port);
+      for (let i = 0; i < 12; i++) {
+        const connection = new Connection(port);
+        connections.push(connection);
+        expect((await connection.request("GET", "/healthz")).status).toBe(200);
+      }
+      const past = new Connection(port);
+      connections.push(past);
+      const refused = await past.request("GET", "/public/v1/contacts", { authorization: `Bearer ${token}` });
+      expect({ status: refused.status, body: JSON.parse(refused.body) }).toEqual({
+        status: 503,
+        body: {
+          type: "urn:crm:problem:too-many-connections",
+          title: "Service Unavailable",
+          status: 503,
+          detail: "The server is serving its limit of 12 connections. Retry shortly, or reuse a kept-alive connection.",
+        },
+      });
+    } finally {
+      for (const connection of connections) connection.destroy();
+      await server.stopWith("SIGTERM");
+    }
+  });
+});
