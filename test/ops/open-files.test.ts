@@ -10,7 +10,7 @@ describe("open-file limit", () => {
   test("under a limit that cannot hold --max-connections, serve warns once naming both and answers 503 too-many-connections past the lowered cap instead of leaving clients unanswered", async () => {
     const dataDir = tempDir("open-files");
     const token = createToken(SOURCE, dataDir);
-    const server = await spawnServer(["prlimit", `--nofile=${LIMIT}:${LIMIT}`, ...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--max-connections", "100", "--max-connections-per-client", "100"]);
+    const server = await spawnServer(["bash", "-c", `ulimit -n ${LIMIT} && exec "$0" "$@"`, ...SOURCE, "serve", "--port", "0", "--data-dir", dataDir, "--max-connections", "100", "--max-connections-per-client", "100"]);
     const connections: Connection[] = [];
     try {
       const warnings = server.logLines().filter((line) => line.level === "warn" && "open_file_limit" in line);
