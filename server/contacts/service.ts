@@ -24,6 +24,9 @@ import { IN_ASCII_FORM, MAX_EMAIL_LENGTH, MAX_INCLUDE_PAGE_BYTES, MAX_RELATED_ID
 import { asciiEmail, emailError, unstorableUnicodeEmail } from "../shared/domains.ts";
 import { findContactTombstonesByEmail, insertTombstone } from "../tombstones/store.ts";
 import { codePoints } from "../shared/text.ts";
+import { SpacedLines } from "../shared/log.ts";
+import { errorCode } from "../shared/thrown.ts";
+import { databaseFailureOf } from "../db/backend.ts";
 import { CONTACT_FILTERS, CONTACT_SORTS, ContactInput, OBJECT_CONTACT_FIELDS, READ_ONLY_CONTACT_FIELDS, type Contact, type ContactBatchOptions, type ContactInclude } from "./model.ts";
 import {
   countContacts,
@@ -669,10 +672,16 @@ async function indexNamesWaiting(db: Database): Promise<void> {
  */
 export function startNameIndexing(rt: Runtime): () => Promise<void> {
   let running: Promise<unknown> = Promise.resolve();
+  // Storage that refuses writes fails every try, four a second while names wait: a line per cause, then one a minute.
+  const failures = new SpacedLines<string>();
+  const failed = (error: unknown) => {
+    const code = errorCode(error);
+    const unlogged = failures.occurred(databaseFailureOf(error) ?? code ?? "failed", performance.now());
+    if (unlogged === undefined) return;
+    rt.log.error("indexing contact names failed", { error: String(error), ...(code === undefined ? {} : { code }), ...(unlogged === null ? {} : { refused_since_last_line: unlogged }) });
+  };
   const timer = setInterval(() => {
-    running = running
-      .then(() => indexNamesWaiting(rt.db))
-      .catch((error: unknown) => rt.log.error("indexing contact names failed", { error: String(error) }));
+    running = running.then(() => indexNamesWaiting(rt.db)).catch(failed);
   }, NAME_INDEXING_INTERVAL_MS);
   timer.unref?.();
   return async () => {

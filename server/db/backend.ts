@@ -6,6 +6,7 @@ import { MIGRATIONS, migrate } from "./migrations.ts";
 import { POSTGRES_MIGRATIONS, migratePostgres } from "./postgres-migrations.ts";
 import { DatabaseNewer, DatabaseNotAnswering, LOCK_TIMEOUT_STATE, openPostgres, schemaChangedUnder, type PostgresDatabase } from "./postgres.ts";
 import type { Db, Dialect, MigrationWarn } from "./sql.ts";
+import { isStorageFull } from "./write-groups.ts";
 import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 
 /** Backend is an opened database of either kind; `dialect` tells which, for the few callers that must know (migrations, backup). */
@@ -195,7 +196,7 @@ export function databaseFailureOf(error: unknown): DatabaseFailure | null {
   if (syncFailedCode(error) !== null) return "storage-failed";
   const code = errorCode(error);
   const state = sqlStateOf(error);
-  if (code === "SQLITE_FULL" || state === "53100") return "storage-full";
+  if (isStorageFull(error)) return "storage-full";
   if (state === LOCK_TIMEOUT_STATE) return "busy";
   if (code !== undefined && SQLITE_UNWRITABLE.test(code)) return "storage-read-only";
   if (isSqliteBusy(error) || (code !== undefined && POSTGRES_CONNECTION_FAILURES.has(code))) return "unavailable";

@@ -8,7 +8,7 @@ import { createOwnerOnlyFileIfAbsent, fileErrorText, giveToFolderOwner, makeOwne
 import { ChangeClock } from "./change-clock.ts";
 import { ReadLane } from "./read-lane.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
-import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
+import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite, type StorageFull } from "./write-groups.ts";
 import { errorCode } from "../shared/thrown.ts";
 
 /**
@@ -267,6 +267,10 @@ export class SqliteDatabase implements Database {
     } catch {
       return false;
     }
+  }
+
+  storageFull(): StorageFull | null {
+    return this.groups.storageFull();
   }
 
   /** storageFault says why this database's storage cannot be trusted until the service is restarted (its file replaced, or a sync to disk failed), or null. */

@@ -8,7 +8,7 @@ import { settlesWithin } from "../shared/time.ts";
 import { ChangeClock } from "./change-clock.ts";
 import { SlowReads } from "./slow-reads.ts";
 import type { Database, Db, ReaderName, ReadLimits, SqlValue } from "./sql.ts";
-import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite } from "./write-groups.ts";
+import { runWrites, WriteGroups, type CommittedGroup, type PendingWrite, type StorageFull } from "./write-groups.ts";
 import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 
 /** MAX_CACHED_REWRITES bounds the cache of rewritten SQL texts; the app's SQL stays well below it. */
@@ -886,6 +886,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
     const facts = await tx.get<ServerFacts>(SERVER_FACTS, [this.home.schema]);
     const refusal = refusalOf(facts!, this.home.schema, this.home.chosen);
     if (refusal) throw unusableDatabase(this.home, refusal);
+  }
+
+  storageFull(): StorageFull | null {
+    return this.groups.storageFull();
   }
 
   /** storageFault is null: the server keeps its own storage, and a failure there is told in its answers to each statement. */

@@ -15,6 +15,7 @@
 
 import type { Logger } from "../shared/log.ts";
 import type { ChangeClock } from "./change-clock.ts";
+import type { StorageFull } from "./write-groups.ts";
 
 /** SqlValue is what a statement parameter may be on both backends. */
 export type SqlValue = string | number | null | Uint8Array;
@@ -117,6 +118,8 @@ export interface Database extends Db {
   notify(channel: string, payload?: string): Promise<void>;
   /** storageFault says why the database's storage cannot be trusted until the service is restarted (on SQLite: its file replaced, a sync to disk failed), or null; /readyz fails with it. */
   storageFault(): string | null;
+  /** storageFull is the last write refused for want of room since no write has succeeded (WriteGroups.storageFull), or null; /readyz fails with it. */
+  storageFull(): StorageFull | null;
   /** close commits what is queued and closes the connections. */
   close(): Promise<void>;
 }

@@ -1,4 +1,16 @@
+import { errorCode, sqlStateOf } from "../shared/thrown.ts";
 import type { Db } from "./sql.ts";
+
+/** isStorageFull tells whether a database's error refused a write for want of room: SQLite's SQLITE_FULL, PostgreSQL's 53100 (disk full). */
+export function isStorageFull(error: unknown): boolean {
+  return errorCode(error) === "SQLITE_FULL" || sqlStateOf(error) === "53100";
+}
+
+/** StorageFull is the last write refused for want of room (isStorageFull) and when, by performance.now(). */
+export interface StorageFull {
+  error: unknown;
+  at: number;
+}
 
 /** PendingWrite is one `write` waiting for its group: its work, and how its caller is answered. */
 export interface PendingWrite {
@@ -74,6 +86,7 @@ export class WriteGroups {
   private scheduled = false;
   private flushing: Promise<void> | null = null;
   private answering = 0;
+  private full: StorageFull | null = null;
 
   constructor(
     private readonly commitGroup: (take: () => PendingWrite[]) => Promise<CommittedGroup>,
@@ -103,6 +116,15 @@ export class WriteGroups {
     if (this.scheduled) return;
     this.scheduled = true;
     setImmediate(() => void this.flush());
+  }
+
+  /**
+   * storageFull is the last write refused for want of room, unless a group has since committed a
+   * change with no write refused so: on a nearly full disk a small write fits where others do not,
+   * so one that succeeds does not tell that the disk has room until the refused ones do.
+   */
+  storageFull(): StorageFull | null {
+    return this.full;
   }
 
   /** waiting counts the writes submitted and not answered yet: queued, or in the group being committed. */
@@ -140,12 +162,16 @@ export class WriteGroups {
     try {
       group = await this.commitGroup(take);
     } catch (error) {
+      if (isStorageFull(error)) this.full = { error, at: performance.now() };
       // A transaction that failed before it took its writes (it could not begin) fails those waiting.
       for (const item of batch ?? take()) item.reject(error);
       return;
     } finally {
       this.answering = 0;
     }
+    const refused = group.outcomes.find((outcome) => !outcome.ok && isStorageFull(outcome.value));
+    if (refused) this.full = { error: refused.value, at: performance.now() };
+    else if (group.changed) this.full = null;
     const taken: PendingWrite[] = batch ?? [];
     const left = taken.slice(group.outcomes.length);
     if (left.length > 0) {

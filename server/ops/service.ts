@@ -38,6 +38,15 @@ export function health(): Health {
 const READINESS_CHECK_TIMEOUT_MS = 3000;
 
 /**
+ * STORAGE_FULL_HOLD_MS is how long a write refused for want of room answers /readyz's database
+ * check instead of its own write, unless a write succeeds meanwhile: one row changed and put back
+ * fits in a page SQLite reuses where a create does not, and the check said ready between creates
+ * refused 503 storage-full. Past it the check's write decides again, so an instance a load
+ * balancer has taken out, which no write reaches, comes back once the disk has room.
+ */
+const STORAGE_FULL_HOLD_MS = 30_000;
+
+/**
  * Failing is a readiness check's failure: a short cause code, which anyone may read in /readyz's
  * answer, and the reason, which may name file paths, PostgreSQL roles and databases and quote
  * driver errors: for the log and for a request that may read /metrics.
@@ -77,6 +86,8 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
       // Set until a restart, whatever a probe would say: later writes may well succeed.
       const fault = rt.db.storageFault();
       if (fault) return new Failing("storage-fault", fault);
+      const full = rt.db.storageFull();
+      if (full && performance.now() - full.at < STORAGE_FULL_HOLD_MS) return failingOf(full.error);
       // A write refused for a newer crm's migrations reached a database that answers: the migrations check tells why.
       await probeWrite(rt.db).catch((error: unknown) => {
         if (databaseFailureOf(error) !== "newer") throw error;

@@ -1,6 +1,7 @@
 import { writeSync } from "node:fs";
 import type { LogLevel } from "../config.ts";
 import { printable } from "./text.ts";
+import { errorCode } from "./thrown.ts";
 
 const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
 
@@ -44,8 +45,17 @@ const MAX_UNWRITTEN_LOG_CHARACTERS = 8 * 1024 * 1024;
 let unwritten = 0;
 let droppedLines = 0;
 
-/** stdoutFailed is set once a write to stdout failed (EPIPE: its reader gone): log lines are dropped from then on. */
+/** stdoutFailed is set once a write to stdout failed for good (EPIPE: its reader gone): log lines are dropped from then on. */
 let stdoutFailed = false;
+
+/**
+ * PASSING_WRITE_FAILURES are the failures of a write to stdout that mend themselves (a redirect's
+ * disk full, then room made): the next flush tries again, as nginx does with its log.
+ */
+const PASSING_WRITE_FAILURES = new Set(["ENOSPC", "EDQUOT", "EFBIG", "EIO"]);
+
+/** writeFailure is the error of the last write to stdout, if it failed for one of PASSING_WRITE_FAILURES: said with the count once a write succeeds. */
+let writeFailure: string | null = null;
 
 /** writeStderr writes a line about the log itself to stderr, at once (at exit too); stderr gone as well, it is lost. */
 function writeStderr(line: string): void {
@@ -60,10 +70,16 @@ function writeStderr(line: string): void {
  * stopWritingStdout handles a failed write to stdout (`crm serve | head -1`, a log shipper that
  * restarted): the log sink gone must not take the service with it, as nginx goes on serving when
  * its log cannot be written. Unhandled, the error killed the server at its next log line, with no
- * graceful stop. The lines are dropped and counted from then on; said once, on stderr.
+ * graceful stop. The lines are dropped and counted from then on; said once, on stderr. One of
+ * PASSING_WRITE_FAILURES stops nothing: the lines are counted until a write succeeds.
  */
 function stopWritingStdout(error: Error): void {
   if (stdoutFailed) return;
+  if (PASSING_WRITE_FAILURES.has(errorCode(error) ?? "")) {
+    if (writeFailure === null) writeStderr(`crm: standard output failed (${error.message}); its log lines are dropped and counted until a write succeeds\n`);
+    writeFailure = error.message;
+    return;
+  }
   stdoutFailed = true;
   writeStderr(`crm: standard output failed (${error.message}); the service goes on serving, and its log lines are dropped from now on\n`);
 }
@@ -97,21 +113,34 @@ function countLines(out: string): number {
  */
 export function flushLogs(): void {
   if (pending === "") return;
-  let out = pending;
+  const lines = pending;
   pending = "";
   if (stdoutFailed || unwritten > MAX_UNWRITTEN_LOG_CHARACTERS) {
-    droppedLines += countLines(out);
+    droppedLines += countLines(lines);
     return;
   }
-  if (droppedLines > 0) {
-    out = `${jsonLine(new Date().toISOString(), "warn", "log lines dropped: stdout was not read as fast as they came", { dropped_lines: droppedLines })}\n${out}`;
-    droppedLines = 0;
+  const dropped = droppedLines;
+  const failure = writeFailure;
+  droppedLines = 0;
+  let out = lines;
+  if (dropped > 0) {
+    const line = failure === null
+      ? jsonLine(new Date().toISOString(), "warn", "log lines dropped: stdout was not read as fast as they came", { dropped_lines: dropped })
+      : jsonLine(new Date().toISOString(), "warn", "log lines dropped: writing stdout failed", { error: failure, dropped_lines: dropped });
+    out = `${line}\n${out}`;
   }
+  // A failed write may have left part of its last line: a newline ends it, so the lines after it stay whole.
+  if (failure !== null) out = `\n${out}`;
   const length = out.length;
   unwritten += length;
   process.stdout.write(out, (error) => {
     unwritten -= length;
-    if (error) droppedLines += countLines(out);
+    if (!error) {
+      if (writeFailure === failure) writeFailure = null;
+      return;
+    }
+    droppedLines += dropped + countLines(lines);
+    stopWritingStdout(error);
   });
 }
 

@@ -2,7 +2,7 @@ import { databaseFailureOf } from "../db/backend.ts";
 import { MAX_SUBSCRIPTIONS, RETRY_AFTER_CAP_MS } from "../limits/limits.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { ConfigError, type Config } from "../config.ts";
-import { SpacedLine, type Logger } from "../shared/log.ts";
+import { SpacedLine, SpacedLines, type Logger } from "../shared/log.ts";
 import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import { SecretUnreadable, type SecretBox } from "./secrets.ts";
@@ -246,8 +246,6 @@ interface Picks {
   leftOver: boolean;
 }
 
-/** CLAIM_FAILURE_LOG_INTERVAL_MS spaces the log lines of claims that keep failing (they are retried every second). */
-const CLAIM_FAILURE_LOG_INTERVAL_MS = 60_000;
 
 /**
  * RecordedAttempt is the delivery after an attempt was recorded, its status before, whether the
@@ -415,7 +413,17 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
  */
 export class DeliveryLoop {
   private state: "idle" | "running" | "stopping" | "stopped" = "idle";
-  private failingClaim: { since: number; error: unknown; loggedAt: number } | null = null;
+  private failingClaim: { since: number; error: unknown } | null = null;
+  /**
+   * spaces the lines of failing claims (retried every second) to one a minute, a success between
+   * them or not: on a nearly full disk a small claim write fits now and then, and each turn
+   * logged a "claim failed" and a "claims work again"
+   */
+  private readonly claimLine = new SpacedLine();
+  /** a claim failure was logged since the last "claims work again" */
+  private claimFailureLogged = false;
+  /** spaces the lines of attempts whose outcomes the database refused, one line for each cause (databaseFailureOf): a full disk refuses every attempt in flight at once */
+  private readonly unrecordedLines = new SpacedLines<string>();
   // By attempt, not by delivery id: an attempt abandoned by a stop (its lease released) may still
   // be running here, and each attempt holds a slot until it ends. A delivery with an attempt open
   // here is not claimed or attempted again here, even once its lease has run out (a wall clock
@@ -619,22 +627,17 @@ export class DeliveryLoop {
       if (this.state !== "running") return;
       this.claiming = this.claimRound()
         .then(() => {
-          if (this.failingClaim) this.deps.log.info("webhook delivery loop: claims work again", { failing_since: toTimestamp(this.failingClaim.since) });
+          const failing = this.failingClaim;
           this.failingClaim = null;
+          if (!failing || !this.claimFailureLogged) return;
+          this.claimFailureLogged = false;
+          this.deps.log.info("webhook delivery loop: claims work again", { failing_since: toTimestamp(failing.since) });
         })
         .catch((error: unknown) => {
-          const now = Date.now();
-          const failing = this.failingClaim;
-          // Retried every second: one line when claims start failing, then one a minute while they go on;
-          // none for a replaced database file, which the database's watch has logged once for everything.
-          let loggedAt = failing?.loggedAt ?? now;
-          if (databaseFailureOf(error) === "replaced") loggedAt = now;
-          else if (!failing) this.deps.log.error("webhook delivery loop: claim failed", { error: String(error) });
-          else if (now - failing.loggedAt >= CLAIM_FAILURE_LOG_INTERVAL_MS) {
-            this.deps.log.error("webhook delivery loop: claims still failing", { error: String(error), failing_since: toTimestamp(failing.since) });
-            loggedAt = now;
-          }
-          this.failingClaim = { since: failing?.since ?? now, error, loggedAt };
+          const since = this.failingClaim?.since ?? Date.now();
+          this.failingClaim = { since, error };
+          // None for a replaced database file, which the database's watch has logged once for everything.
+          if (databaseFailureOf(error) !== "replaced") this.claimFailed(error, since);
           this.armTimer(this.now() + 1000);
         })
         .finally(() => {
@@ -644,6 +647,23 @@ export class DeliveryLoop {
           this.wake();
         });
     });
+  }
+
+  /** claimFailed logs a failed claim round: "claim failed", then "claims still failing" while no success came between, at most one line a minute (claimLine). */
+  private claimFailed(error: unknown, since: number): void {
+    const unlogged = this.claimLine.occurred(performance.now());
+    if (unlogged === undefined) return;
+    const counted = unlogged ? { failed_since_last_line: unlogged } : {};
+    if (this.claimFailureLogged) this.deps.log.error("webhook delivery loop: claims still failing", { error: String(error), failing_since: toTimestamp(since), ...counted });
+    else this.deps.log.error("webhook delivery loop: claim failed", { error: String(error), ...counted });
+    this.claimFailureLogged = true;
+  }
+
+  /** unrecordedAttempt logs an attempt whose outcome the database refused to store, spaced by cause (unrecordedLines) with the count of those left unlogged. */
+  private unrecordedAttempt(deliveryId: string, error: unknown): void {
+    const unlogged = this.unrecordedLines.occurred(databaseFailureOf(error) ?? "failed", performance.now());
+    if (unlogged === undefined) return;
+    this.deps.log.error("webhook delivery attempt could not be recorded", { delivery_id: deliveryId, error: String(error), ...(unlogged === null ? {} : { refused_since_last_line: unlogged }) });
   }
 
   /**
@@ -987,7 +1007,7 @@ export class DeliveryLoop {
         // A secret this instance's key does not open: its key was replaced under it (crm secrets-key rotate); nothing was sent, and the lease's end frees the delivery for an instance with the new key.
         error instanceof SecretUnreadable
           ? log.error("webhook delivery not sent: this instance's secrets key does not open its subscription's signing secret; restart it with the database's key file (after crm secrets-key rotate, the new one)", { delivery_id: due.id, subscription_id: due.subscription_id })
-          : log.error("webhook delivery attempt could not be recorded", { delivery_id: due.id, error: String(error) }),
+          : this.unrecordedAttempt(due.id, error),
       )
       .finally(() => {
         this.inFlight.delete(attempt);

@@ -429,6 +429,27 @@ describe("errors: unexpected exceptions", () => {
     expect((await post()).status).toBe(201);
   });
 
+  sqliteOnly("/readyz fails storage-full while the last write was refused for a full disk, though its own small write fits; a write that succeeds makes it ready", async () => {
+    const { app } = loggedApp(h);
+    const writer = h.db.sqlite;
+    const { page_count } = writer.query<{ page_count: number }, []>("PRAGMA page_count").get()!;
+    const post = (pad: number) =>
+      app.handle(new Request("http://localhost/public/v1/contacts", { method: "POST", headers: { authorization: `Bearer ${h.token}`, "content-type": "application/json" }, body: JSON.stringify({ first_name: "F", custom_fields: { pad: "x".repeat(pad) } }) }));
+    // The harness runs no delivery loop, so /readyz is 503 for that check whatever the database's.
+    const databaseReadiness = async () => (await (await app.handle(new Request("http://localhost/readyz"))).json()).checks.database;
+    // max_page_count stands in for the disk: SQLite answers SQLITE_FULL exactly as on a full one.
+    writer.run(`PRAGMA max_page_count = ${page_count}`);
+    try {
+      expect(await databaseReadiness()).toBe("ok");
+      expect((await post(12_000)).status).toBe(503);
+      expect([await databaseReadiness(), await databaseReadiness()]).toEqual(["storage-full", "storage-full"]);
+    } finally {
+      writer.run("PRAGMA max_page_count = 4294967294");
+    }
+    expect((await post(12_000)).status).toBe(201);
+    expect(await databaseReadiness()).toBe("ok");
+  });
+
   sqliteOnly("a write the database's storage refuses (its file or file system read-only) is 503 storage-read-only with Retry-After, changes nothing and is logged; /readyz says so; writable again, the same write succeeds and /readyz is ready", async () => {
     const { app, lines } = loggedApp(h);
     const before = await contactCount(h);

@@ -1,6 +1,8 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { contactsPage } from "../../console/contacts/service.ts";
 import { startNameIndexing } from "../../server/contacts/service.ts";
+import { createLogger } from "../../server/shared/log.ts";
+import type { Database } from "../../server/db/sql.ts";
 import { createHarness, type Harness } from "../support/harness.ts";
 
 // SQLite adds new contacts' names to the trigram index in batches (migration 0017): a create
@@ -102,5 +104,33 @@ describe("the name index in batches", () => {
       await stop();
     }
     expect({ waiting: waiting(), indexed: indexed() }).toEqual({ waiting: 0, indexed: 2 });
+  });
+  test("while storage refuses the batches, the background job logs it once, not at every try; writable again, it indexes what waited", async () => {
+    await create("Ada", "Lovelace");
+    const lines: Record<string, any>[] = [];
+    const log = createLogger("debug", (line) => lines.push(JSON.parse(line)));
+    let tries = 0;
+    // Counts the batches tried; every other member is the harness's own database.
+    const db = new Proxy(h.rt.db, {
+      get(target, key) {
+        if (key === "writeIndex") return (...args: Parameters<Database["writeIndex"]>) => (tries++, target.writeIndex(...args));
+        const value = Reflect.get(target, key, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    // query_only stands in for the read-only file: SQLite refuses the write with SQLITE_READONLY, as on one.
+    h.db.sqlite.run("PRAGMA query_only = ON");
+    const stop = startNameIndexing({ ...h.rt, db, log });
+    try {
+      for (let waited = 0; tries < 6 && waited < 30_000; waited += 25) await Bun.sleep(25);
+      expect(tries).toBeGreaterThanOrEqual(6);
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+      for (let waited = 0; waiting() > 0 && waited < 30_000; waited += 25) await Bun.sleep(25);
+    } finally {
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+      await stop();
+    }
+    expect(lines.map((l) => ({ level: l.level, msg: l.msg, code: l.code }))).toEqual([{ level: "error", msg: "indexing contact names failed", code: "SQLITE_READONLY" }]);
+    expect({ waiting: waiting(), indexed: indexed() }).toEqual({ waiting: 0, indexed: 1 });
   });
 });

@@ -136,7 +136,7 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     expect(readiness()).toEqual([notRunning, { level: "info", msg: "ready again" }]);
   });
 
-  test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again", async () => {
+  test("a delivery loop whose every claim fails (a schema it cannot use), until a claim succeeds again; failing again within the minute logs nothing more", async () => {
     const logged: { level: string; msg: string }[] = [];
     const h = await createHarness({ metricsToken: METRICS_TOKEN }, { log: createLogger("info", (line) => logged.push(JSON.parse(line))) });
     h.rt.deliveries.start();
@@ -155,6 +155,12 @@ describe("readiness: not ready answers 503 problem+json naming the failing check
     h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
     await waitUntil(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
     expect((await call(h.app, "GET", "/readyz")).body.checks).toEqual({ database: "ok", migrations: "ok", delivery_loop: "ok" });
+    // Failing and working by turns (a disk nearly full, a small claim fitting now and then) adds no line within the minute.
+    h.db.sqlite.run("DROP INDEX webhook_deliveries_due_by_subscription");
+    h.rt.deliveries.wake();
+    await waitUntil(() => h.rt.deliveries.claimFailure !== null, "a claim to fail again");
+    h.db.sqlite.run("CREATE INDEX webhook_deliveries_due_by_subscription ON webhook_deliveries (subscription_id, next_attempt_at, id) WHERE status = 'pending'");
+    await waitUntil(() => h.rt.deliveries.claimFailure === null, "a claim to succeed again");
     // The loop's sweep of stopped subscriptions' leftovers reads through the dropped index too, when
     // it runs after the drop: its own line, spaced apart, is not the claims' to count.
     const claimLines = logged.filter((line) => line.msg.startsWith("webhook delivery loop") && !line.msg.includes("disabled or deleted subscription"));

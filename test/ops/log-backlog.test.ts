@@ -1,6 +1,6 @@
 import { expect, test } from "bun:test";
 import { spawn } from "node:child_process";
-import { rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, SOURCE, tempDir } from "./support.ts";
 
@@ -85,6 +85,66 @@ test("serve whose stdout's reader goes away (crm serve | head -1, a log shipper 
     // A failed expectation leaves no server behind.
     if (child.exitCode === null) child.kill("SIGKILL");
     await exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
+}, 60_000);
+
+// A disk of its own for stdout's file: a 1 MiB tmpfs mounted in a mount namespace of the test's script, gone with it. Mounting needs root.
+const canMount = process.getuid?.() === 0 && Bun.which("unshare") !== null && Bun.which("mount") !== null;
+
+test.skipIf(!canMount)("stdout redirected to a file on a disk that fills: lines are dropped and counted while it is full, and written again once room is made, the first saying how many were lost", () => {
+  const dir = tempDir("log-disk-full");
+  const disk = join(dir, "disk");
+  mkdirSync(disk);
+  const script = join(dir, "fill.ts");
+  // Lines of 10 KB, each flushed alone: none fits what the full disk has left.
+  writeFileSync(
+    script,
+    `import { rmSync } from "node:fs";
+import { createLogger, flushLogs } from ${JSON.stringify(LOGGER)};
+const log = createLogger("info");
+log.info("before");
+flushLogs();
+await Bun.sleep(20);
+Bun.spawnSync(["sh", "-c", 'head -c 2000000 /dev/zero > "$D/filler"'], { env: { D: process.env.D } });
+const filler = "x".repeat(10_000);
+for (let i = 0; i < 50; i++) {
+  log.info("while full", { i, filler });
+  flushLogs();
+  await Bun.sleep(1);
+}
+rmSync(process.env.D + "/filler");
+for (let i = 0; i < 3; i++) {
+  log.info("after", { i });
+  flushLogs();
+  await Bun.sleep(20);
+}
+`,
+  );
+  try {
+    const run = Bun.spawnSync(["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o size=1m tmpfs "$D" && "$0" "$1" >"$D/out.log"; cat "$D/out.log"', process.execPath, script], {
+      env: { PATH: process.env.PATH ?? "", D: disk },
+    });
+    const [stdout, stderr] = [run.stdout.toString(), run.stderr.toString()];
+    // A failed write may leave part of its line; the next write ends it with a newline.
+    const parsed = stdout.split("\n").filter((line) => line.startsWith("{") && line.endsWith("}")).map((line) => JSON.parse(line));
+    const written = parsed.filter((line) => line.msg === "while full").length;
+    expect({
+      msgs: parsed.filter((line) => line.msg !== "while full").map((line) => ({ msg: line.msg, dropped: line.dropped_lines, error: line.error })),
+      counted: parsed.find((line) => line.dropped_lines !== undefined)?.dropped_lines + written,
+      stderr,
+    }).toEqual({
+      msgs: [
+        { msg: "before", dropped: undefined, error: undefined },
+        { msg: "log lines dropped: writing stdout failed", dropped: 50 - written, error: "ENOSPC: no space left on device, write" },
+        { msg: "after", dropped: undefined, error: undefined },
+        { msg: "after", dropped: undefined, error: undefined },
+        { msg: "after", dropped: undefined, error: undefined },
+      ],
+      counted: 50,
+      stderr: "crm: standard output failed (ENOSPC: no space left on device, write); its log lines are dropped and counted until a write succeeds\n",
+    });
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 }, 60_000);

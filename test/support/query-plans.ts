@@ -46,6 +46,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     listen: (channel, onNotify, onRefused) => db.listen(channel, onNotify, onRefused),
     notify: (channel, payload) => db.notify(channel, payload),
     storageFault: () => db.storageFault(),
+    storageFull: () => db.storageFull(),
     close: () => db.close(),
   };
   return { db: spy, captured };

@@ -8,6 +8,7 @@ import { VERSION } from "../../server/version.ts";
 import { findSubscription, listDeliveriesPage } from "../../server/webhooks/service.ts";
 import { GUARANTEED_PER_SUBSCRIPTION, MAX_IN_FLIGHT, MAX_PER_SUBSCRIPTION, RESERVED_SHARE, RESERVED_SLOTS } from "../../server/webhooks/worker.ts";
 import { ISO } from "../foundation/support.ts";
+import { sqliteOnly } from "../support/backend.ts";
 import { settledDeliveries, waitFor, webhookTestScope, type Receiver, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
@@ -789,6 +790,28 @@ describe("webhook deliveries: failures and retries", () => {
       last_response_status: null,
       last_error: "connection failed: ECONNRESET: The socket connection was closed unexpectedly",
     });
+  });
+
+  sqliteOnly("attempts whose outcomes storage refuses to record are logged once for the cause (then once a minute, with a count), not a line each", async () => {
+    const lines: Record<string, any>[] = [];
+    h = await scope.harness({ retrySchedule: [] }, { log: createLogger("warn", (line) => lines.push(JSON.parse(line))) });
+    const held = receiver();
+    held.hold();
+    await h.subscribe(held.url, ["contact.created"]);
+    for (let i = 0; i < 5; i++) await createContact({ first_name: `n${i}` });
+    await waitFor(() => held.received.length === 5, "five attempts in flight");
+    // query_only stands in for the read-only file: SQLite refuses the write with SQLITE_READONLY, as on one.
+    h.db.sqlite.run("PRAGMA query_only = ON");
+    try {
+      held.release();
+      await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempts to end unrecorded");
+    } finally {
+      h.db.sqlite.run("PRAGMA query_only = OFF");
+    }
+    const unrecorded = lines.filter((line) => line.msg.startsWith("webhook delivery attempt"));
+    expect(unrecorded.map((line) => ({ level: line.level, msg: line.msg, error: line.error }))).toEqual([
+      { level: "error", msg: "webhook delivery attempt could not be recorded", error: expect.stringContaining("readonly database") },
+    ]);
   });
 });
 
