@@ -12,13 +12,13 @@ import { BATCH_ROWS } from "./db/sql.ts";
 import { failResetDeliveries, previewSecretsKeyReset, resetSecretsKey, rotateSecretsKey, type NothingLost, type ResetSubscription } from "./webhooks/service.ts";
 import { checkFetchLimit, DELIVERY_CHANNEL } from "./webhooks/worker.ts";
 import { checkTokenName, createApiToken, findToken, listTokens, makerNames, revokeApiToken, tokenRate, type ApiTokenInfo } from "./auth/service.ts";
-import { commandOrigin, madeByText } from "./shared/made-by.ts";
+import { commandOrigin, MADE_BY_WORDS, madeByText } from "./shared/made-by.ts";
 import { MAX_TOKEN_RATE, parseTokenRate } from "./limits/rate-limiter.ts";
 import { allUsers, createUser, deleteUser } from "./users/service.ts";
 import { eraseDeletedRecord, type ErasableResource } from "./tombstones/service.ts";
 import { UNLINK_CHUNK } from "./contacts/service.ts";
 import { createOperator, operatorSummaries, resetOperatorPassword, unlockOperator } from "./operators/service.ts";
-import { removeOperatorByEmail, type OperatorMade, type Removal } from "./operators/removal.ts";
+import { forgetOperatorEmail, removeOperatorByEmail, type OperatorMade, type Removal } from "./operators/removal.ts";
 import { readPasswordInput } from "./operators/password-input.ts";
 import { flushLogs } from "./shared/log.ts";
 import { OutputFailed, printOut } from "./shared/output.ts";
@@ -67,6 +67,11 @@ Commands:
                                      console's boxes, also revoke the API tokens they made and
                                      disable the subscriptions they made (on SQLite, not while
                                      serve runs); lists what they made that stays
+  operator forget --email E          erase a removed operator's email (an erasure request):
+                                     where it is kept, as who made a token, a subscription or
+                                     a change, it is replaced in one write, and the console
+                                     says "an operator (removed, forgotten)"; lists how many
+                                     of each; refused for a current operator
   operator reset-password --email E --password-stdin
                                      set an operator's password (read from stdin), end their
                                      sessions and withdraw their pending reset link
@@ -115,7 +120,7 @@ Exit status:
 /** EXIT are the command line's exit statuses, as --help and README's Command line list them. */
 const EXIT = { done: 0, notDone: 1, refused: 2, unavailable: 3 } as const;
 
-const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E";
+const OPERATOR_USAGE = "usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator forget --email E | operator reset-password --email E --password-stdin | operator unlock --email E";
 
 /** COMMAND_VALUE_OPTIONS are the commands' own options that take a value (takeOption takes no other). */
 const COMMAND_VALUE_OPTIONS = ["--name", "--email", "--rate", "--url", "--token-file", "--map", "--invalid-file", "--new-key-file"] as const;
@@ -687,6 +692,34 @@ function removalText(removal: Removal, made: OperatorMade): string {
 }
 
 /**
+ * operatorForgetCommand runs `operator forget --email E` (forgetOperatorEmail) and says how many
+ * rows of each place it changed, or, for a current operator, refuses: they must be removed first.
+ * It queues nothing for the delivery loop, so it works beside a running serve on SQLite too.
+ */
+async function operatorForgetCommand(args: string[]): Promise<number> {
+  const email = takeOption(args, "--email");
+  if (!email) throw new ConfigError("operator forget needs --email E");
+  const db = await openConfiguredDatabase(loadCommandConfig(args));
+  try {
+    const forgetting = await forgetOperatorEmail(db, email);
+    if ("current" in forgetting) {
+      const { id, email: theirs } = forgetting.current;
+      process.stderr.write(`crm: ${theirs} is a current operator (${id}): remove them first (crm operator remove --email ${theirs}); nothing was changed\n`);
+      return EXIT.refused;
+    }
+    const counts = Object.entries(forgetting.replaced);
+    if (counts.every(([, count]) => count === 0)) {
+      printOut(`nothing kept ${printable(forgetting.email)}: no record names it, so there was nothing to forget\n`);
+      return EXIT.done;
+    }
+    printOut(`forgot ${forgetting.email}, a removed operator's email: where it was kept, each record now says "${MADE_BY_WORDS.anOperator} ${MADE_BY_WORDS.forgotten}":\n${counts.map(([column, count]) => `  ${column}: ${count}\n`).join("")}`);
+  } finally {
+    await db.close();
+  }
+  return EXIT.done;
+}
+
+/**
  * eraseCommand runs `contact erase ID` and `account erase ID`: the API's erasure of a deleted
  * record's earlier events (eraseDeletedRecord). It queues nothing for the delivery loop, so unlike
  * `user delete` it works beside a running serve on SQLite too.
@@ -927,6 +960,7 @@ async function main(argv: string[]): Promise<number> {
         return EXIT.done;
       }
       if (sub === "remove") return operatorRemoveCommand(args);
+      if (sub === "forget") return operatorForgetCommand(args);
       if (sub === "unlock") {
         const email = takeOption(args, "--email");
         if (!email) throw new ConfigError(`operator ${sub} needs --email E`);

@@ -1,22 +1,24 @@
 /** @jsxImportSource preact */
-import { commandLineText, MADE_BY_WORDS, type ChangeMaker, type MakerNames } from "../../server/shared/made-by.ts";
+import { commandLineText, MADE_BY_WORDS, operatorWords, type ChangeMaker, type MakerNames } from "../../server/shared/made-by.ts";
 import { bidiBalanced } from "./parts.tsx";
 
 /**
  * MadeByText says who made a token, a subscription or a change: an operator by email ("removed"
- * once they are), the command line (with its command, for a change recorded since migration 0052),
- * an API token by name and start, the delivery loop, or "unknown" for one made before the service
- * recorded it (migrations 0047, 0052).
+ * once they are, "an operator (removed, forgotten)" once forgotten: operatorWords), the command
+ * line (with its command, for a change recorded since migration 0052), an API token by name and
+ * start, the delivery loop, or "unknown" for one made before the service recorded it (migrations
+ * 0047, 0052).
  */
 export function MadeByText({ madeBy, names }: { madeBy: ChangeMaker | null; names: MakerNames }) {
   if (madeBy === null) return <span class="muted">{MADE_BY_WORDS.unknown}</span>;
   if (madeBy.kind === "command_line") return <span class="muted">{commandLineText(madeBy)}</span>;
   if (madeBy.kind === "delivery_loop") return <span class="muted">{MADE_BY_WORDS.deliveryLoop}</span>;
   if (madeBy.kind === "operator") {
+    const { name, note } = operatorWords(madeBy, names);
     return (
       <span>
-        {madeBy.email}
-        {!names.operators.has(madeBy.id) && <span class="muted"> {MADE_BY_WORDS.removed}</span>}
+        {name}
+        {note !== null && <span class="muted"> {note}</span>}
       </span>
     );
   }

@@ -28,6 +28,11 @@ export async function insertApiToken(db: Db, row: Omit<ApiTokenRow, "last_used_a
   );
 }
 
+/** replaceTokenMakerEmail puts `marker` in place of `email` where it is kept as the maker of API tokens (created_by_email), and returns how many. */
+export function replaceTokenMakerEmail(db: Db, email: string, marker: string): Promise<number> {
+  return db.run("UPDATE api_tokens SET created_by_email = ? WHERE created_by_email = ?", [marker, email]);
+}
+
 /** findApiTokenRate returns a token's rate limit columns, or null when there is no such token. */
 export function findApiTokenRate(db: Db, id: string): Promise<ApiTokenRateRow | null> {
   return db.get<ApiTokenRateRow>("SELECT rate_read_per_second, rate_read_burst, rate_write_per_second, rate_write_burst FROM api_tokens WHERE id = ?", [id]);

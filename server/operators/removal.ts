@@ -1,11 +1,13 @@
-import { commandOrigin, type ChangeOrigin } from "../shared/made-by.ts";
+import { changeMakerOf, commandOrigin, FORGOTTEN_EMAIL, storedMaker, type ChangeOrigin } from "../shared/made-by.ts";
 import { listTokens, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from "../auth/service.ts";
+import { replaceTokenMakerEmail } from "../auth/store.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Subscription } from "../webhooks/model.ts";
 import { disableSubscriptionsMadeBy, subscriptionsDisabled, toSubscription, type DisabledWithMaker } from "../webhooks/service.ts";
-import { listSubscriptionsMadeBy } from "../webhooks/store.ts";
+import { CHANGE_MAKER_COLUMNS, listSubscriptionsMadeBy, replaceStoredMaker, replaceSubscriptionMakerEmail, storedMakersHolding, type ChangeMakerColumn } from "../webhooks/store.ts";
 import type { Operator } from "./model.ts";
-import { dropOperator, operatorByEmail } from "./service.ts";
+import { dropOperator, normalEmail, operatorByEmail } from "./service.ts";
+import { findOperatorByEmail } from "./store.ts";
 
 /** OperatorMade is what an operator made that is still in use: their active API tokens, and the subscriptions they made or that were created with one of their tokens (that token, null when they made it themselves). */
 export interface OperatorMade {
@@ -80,4 +82,39 @@ export async function removeOperatorByEmail(db: Database, email: string, choices
   // A command serves no /metrics: what it fails unsent is counted by no instance, as crm secrets-key reset's.
   await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error), () => {});
   return { removal, made, unsent };
+}
+
+/** KeptEmailColumn names, as table.column, a place a removed operator's email is kept: who made an API token or a subscription (migration 0047), who made a change (CHANGE_MAKER_COLUMNS). */
+export type KeptEmailColumn = "api_tokens.created_by_email" | "webhook_subscriptions.created_by_email" | ChangeMakerColumn;
+
+/** Forgetting is what `operator forget` did: the email as compared, with how many rows of each place it replaced; or its refusal, the current operator with that email. */
+export type Forgetting = { email: string; replaced: Record<KeptEmailColumn, number> } | { current: Operator };
+
+/**
+ * forgetOperatorEmail is `operator forget --email E`, an erasure request about a former operator:
+ * in one write, it puts FORGOTTEN_EMAIL in place of their email wherever it is kept after their
+ * removal (KeptEmailColumn), so what they made and did stays theirs by id (operatorMade still finds
+ * it) but names nobody. Refused, changing nothing, while an operator has the email: the records
+ * of a current operator name them on purpose, and a forget must not race an operator's creation.
+ */
+export async function forgetOperatorEmail(db: Database, email: string): Promise<Forgetting> {
+  const normalised = normalEmail(email);
+  return db.write(async (tx) => {
+    const current = await findOperatorByEmail(tx, normalised);
+    if (current) return { current: { id: current.id, email: current.email } };
+    const replaced: Partial<Record<KeptEmailColumn, number>> = {
+      "api_tokens.created_by_email": await replaceTokenMakerEmail(tx, normalised, FORGOTTEN_EMAIL),
+      "webhook_subscriptions.created_by_email": await replaceSubscriptionMakerEmail(tx, normalised, FORGOTTEN_EMAIL),
+    };
+    for (const column of CHANGE_MAKER_COLUMNS) {
+      let count = 0;
+      // The text matched finds candidates; only an operator maker with exactly this email is one.
+      for (const stored of await storedMakersHolding(tx, column, JSON.stringify(normalised))) {
+        const maker = changeMakerOf(stored);
+        if (maker?.kind === "operator" && maker.email === normalised) count += await replaceStoredMaker(tx, column, stored, storedMaker({ ...maker, email: FORGOTTEN_EMAIL })!);
+      }
+      replaced[column] = count;
+    }
+    return { email: normalised, replaced: replaced as Record<KeptEmailColumn, number> };
+  });
 }

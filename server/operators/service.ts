@@ -91,7 +91,7 @@ const checkOperatorEmail = fieldsChecker(OperatorEmail);
 const checkNewPassword = fieldsChecker(NewPassword);
 
 /** normalEmail is how an operator's email is stored and compared: trimmed, lowercased, its domain in ASCII form (asciiEmail). */
-function normalEmail(email: string): string {
+export function normalEmail(email: string): string {
   return asciiEmail(email.trim());
 }
 

@@ -88,8 +88,33 @@ export interface MakerNames {
   tokens: ReadonlyMap<string, { name: string; prefix: string }>;
 }
 
-/** MADE_BY_WORDS are the words "Made by" says, on the console and the command line alike: for a maker not recorded, the command line, a removed operator (after their email), an API token (before its name). */
-export const MADE_BY_WORDS = { unknown: "unknown", commandLine: "command line", removed: "(removed)", apiToken: "API token", deliveryLoop: "the delivery loop" } as const;
+/**
+ * FORGOTTEN_EMAIL is what `crm operator forget` keeps in place of a removed operator's email, in
+ * created_by_email and in a stored change maker's email: not an address (no @), so no operator has
+ * it, and created_by_email stays non-null, which tells an operator's record from an API token's.
+ */
+export const FORGOTTEN_EMAIL = "(forgotten)";
+
+/** MADE_BY_WORDS are the words "Made by" says, on the console and the command line alike: for a maker not recorded, the command line, a removed operator (after their email), a forgotten one (named so, after anOperator), an API token (before its name). */
+export const MADE_BY_WORDS = {
+  unknown: "unknown",
+  commandLine: "command line",
+  removed: "(removed)",
+  anOperator: "an operator",
+  forgotten: "(removed, forgotten)",
+  apiToken: "API token",
+  deliveryLoop: "the delivery loop",
+} as const;
+
+/**
+ * operatorWords says an operator maker in two parts, the console setting the second apart: their
+ * email and nothing while they are an operator, their email and "(removed)" once removed, "an
+ * operator" and "(removed, forgotten)" once `crm operator forget` replaced their email.
+ */
+export function operatorWords(madeBy: { id: string; email: string }, names: MakerNames): { name: string; note: string | null } {
+  if (madeBy.email === FORGOTTEN_EMAIL) return { name: MADE_BY_WORDS.anOperator, note: MADE_BY_WORDS.forgotten };
+  return { name: madeBy.email, note: names.operators.has(madeBy.id) ? null : MADE_BY_WORDS.removed };
+}
 
 /** commandLineText says a command-line maker: "command line", with the command when one was recorded ("command line (crm user delete)"). */
 export function commandLineText(madeBy: { command?: string }): string {
@@ -98,13 +123,16 @@ export function commandLineText(madeBy: { command?: string }): string {
 
 /**
  * madeByText says who made a token or a subscription as plain text, in the console's MadeByText
- * words (`crm token list`): an operator by email ("(removed)" once they are), the command line,
+ * words (`crm token list`): an operator by email ("(removed)" once they are; operatorWords), the command line,
  * an API token by name and start, "unknown" before migration 0047. A name is as stored: escape it for a terminal.
  */
 export function madeByText(madeBy: MadeBy | null, names: MakerNames): string {
   if (madeBy === null) return MADE_BY_WORDS.unknown;
   if (madeBy.kind === "command_line") return commandLineText(madeBy);
-  if (madeBy.kind === "operator") return names.operators.has(madeBy.id) ? madeBy.email : `${madeBy.email} ${MADE_BY_WORDS.removed}`;
+  if (madeBy.kind === "operator") {
+    const { name, note } = operatorWords(madeBy, names);
+    return note === null ? name : `${name} ${note}`;
+  }
   const token = names.tokens.get(madeBy.id);
   return `${MADE_BY_WORDS.apiToken} ${token ? `${token.name} (${token.prefix}…)` : madeBy.id}`;
 }

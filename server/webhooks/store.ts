@@ -352,6 +352,34 @@ export function listSubscriptionsMadeBy(db: Db, operatorId: string): Promise<Sub
   return db.all<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE created_by = ? OR created_by IN (SELECT id FROM api_tokens WHERE created_by = ?) ORDER BY id", [operatorId, operatorId]);
 }
 
+/** replaceSubscriptionMakerEmail puts `marker` in place of `email` where it is kept as the maker of subscriptions (created_by_email), and returns how many. */
+export function replaceSubscriptionMakerEmail(db: Db, email: string, marker: string): Promise<number> {
+  return db.run("UPDATE webhook_subscriptions SET created_by_email = ? WHERE created_by_email = ?", [marker, email]);
+}
+
+/** CHANGE_MAKER_COLUMNS are the columns that keep who made a change (storedMaker, migration 0052), as table.column. */
+export const CHANGE_MAKER_COLUMNS = ["webhook_subscriptions.paused_by", "webhook_subscriptions.disabled_by", "webhook_subscriptions.updated_by", "events.made_by", "events.erased_by"] as const;
+
+/** ChangeMakerColumn is one of CHANGE_MAKER_COLUMNS. */
+export type ChangeMakerColumn = (typeof CHANGE_MAKER_COLUMNS)[number];
+
+/**
+ * storedMakersHolding returns the distinct change makers stored in `column` whose text holds
+ * `text`, as stored, for the caller to read and pick from: a few values however many rows keep
+ * them. No index: a scan, for a command as rare as an erasure request.
+ */
+export async function storedMakersHolding(db: Db, column: ChangeMakerColumn, text: string): Promise<string[]> {
+  const [table, name] = column.split(".");
+  const rows = await db.all<{ stored: string }>(`SELECT DISTINCT ${name} AS stored FROM ${table} WHERE ${name} LIKE ? ESCAPE '\\'`, [`%${text.replace(/[\\%_]/g, "\\$&")}%`]);
+  return rows.map((row) => row.stored);
+}
+
+/** replaceStoredMaker puts the stored change maker `to` in place of `from` in `column`, and returns how many rows it changed. */
+export function replaceStoredMaker(db: Db, column: ChangeMakerColumn, from: string, to: string): Promise<number> {
+  const [table, name] = column.split(".");
+  return db.run(`UPDATE ${table} SET ${name} = ? WHERE ${name} = ?`, [to, from]);
+}
+
 /** findSubscriptionById returns one subscription row or null. */
 export function findSubscriptionById(db: Db, id: string): Promise<SubscriptionRow | null> {
   return db.get<SubscriptionRow>("SELECT * FROM webhook_subscriptions WHERE id = ?", [id]);

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { databaseArgs, sqliteOnly } from "../support/backend.ts";
+import { tablesHolding } from "../support/personal-data.ts";
 import { findToken } from "../../server/auth/service.ts";
 import { lockDataDirectory } from "../../server/db/database.ts";
 import type { Config } from "../../server/config.ts";
@@ -670,5 +671,75 @@ describe("who made a change", () => {
       { paused_by: api, disabled_by: command, updated_by: command },
       { paused_by: null, disabled_by: command, updated_by: command },
     ]);
+  });
+});
+
+describe("forgetting a removed operator", () => {
+  test("`operator forget` replaces their email wherever it is kept (who made a token or subscription, who paused, disabled or changed one, who made or erased an event) in one write, saying what it changed; the console says an operator (removed, forgotten); a current operator is refused", async () => {
+    const { h, client, other, colleague } = await setup();
+    const third = await addOperator(h.rt.db, { email: "third@example.com", password: "a third long password" });
+    const thirdClient = new ConsoleClient((r) => h.app.handle(r));
+    expect((await thirdClient.signIn({ email: "third@example.com", password: "a third long password" })).status).toBe(303);
+    // The colleague makes a token and a subscription, pauses it, removes an operator disabling what they made, deletes and erases a contact.
+    const token = await tokenOnConsole(other, "colleague's");
+    const theirs = await subscriptionOnConsole(h, other, "theirs");
+    await other.get(`/console/subscriptions/${theirs}`);
+    expect((await other.post(`/console/subscriptions/${theirs}/pause`, {})).status).toBe(303);
+    const thirds = await subscriptionOnConsole(h, thirdClient, "third's");
+    const removeThird = await other.get(`/console/operators/${third.id}/remove`);
+    expect((await other.post(`/console/operators/${third.id}/remove`, { form_key: formKeyOf(removeThird.text), disable_subscriptions: "yes" })).status).toBe(303);
+    const contact = (await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada", email: "ada@example.com" } })).body.data.id;
+    const confirmDelete = await other.get(`/console/contacts/${contact}/delete`);
+    expect((await other.post(`/console/contacts/${contact}/delete`, { form_key: formKeyOf(confirmDelete.text) })).status).toBe(303);
+    const confirmErase = await other.get(`/console/contacts/${contact}/erase`);
+    expect((await other.post(`/console/contacts/${contact}/erase`, { form_key: formKeyOf(confirmErase.text) })).status).toBe(303);
+    const before = await tablesHolding(h.rt.db, [COLLEAGUE.email]);
+    expect(Object.keys(before[COLLEAGUE.email]!).sort()).toEqual(["api_tokens", "events", "operators", "webhook_subscriptions"]);
+
+    // Still an operator: refused, nothing changed.
+    expect(await crm(h, ["operator", "forget", "--email", COLLEAGUE.email])).toEqual({
+      code: 2,
+      out: "",
+      err: `crm: ${COLLEAGUE.email} is a current operator (${colleague.id}): remove them first (crm operator remove --email ${COLLEAGUE.email}); nothing was changed\n`,
+    });
+    expect(await tablesHolding(h.rt.db, [COLLEAGUE.email])).toEqual(before);
+
+    expect((await crm(h, ["operator", "remove", "--email", COLLEAGUE.email])).code).toBe(0);
+    // Typed as it was given to the console: the email is matched as operators' emails are.
+    expect(await crm(h, ["operator", "forget", "--email", ` ${COLLEAGUE.email.toUpperCase()} `])).toEqual({
+      code: 0,
+      out:
+        `forgot ${COLLEAGUE.email}, a removed operator's email: where it was kept, each record now says "an operator (removed, forgotten)":\n` +
+        "  api_tokens.created_by_email: 1\n" +
+        "  webhook_subscriptions.created_by_email: 1\n" +
+        "  webhook_subscriptions.paused_by: 1\n" +
+        "  webhook_subscriptions.disabled_by: 1\n" +
+        "  webhook_subscriptions.updated_by: 2\n" +
+        "  events.made_by: 2\n" +
+        "  events.erased_by: 1\n",
+      err: "",
+    });
+    expect(await tablesHolding(h.rt.db, [COLLEAGUE.email])).toEqual({ [COLLEAGUE.email]: {} });
+    // What they made stays theirs: `operator remove` of another id would still find it.
+    expect((await h.rt.db.get<{ created_by: string }>("SELECT created_by FROM webhook_subscriptions WHERE id = ?", [theirs]))!.created_by).toBe(colleague.id);
+
+    const forgotten = "an operator (removed, forgotten)";
+    expect(madeByCells((await client.get("/console/tokens")).text, "data-token-id")[await tokenIdOf(h, "colleague's")]).toBe(forgotten);
+    expect(madeByCells((await client.get("/console/subscriptions")).text, "data-subscription-id")[theirs]).toBe(forgotten);
+    const page = (await client.get(`/console/subscriptions/${theirs}`)).text;
+    expect(lineOf(page, "made-by")).toEqual({ text: `Made by ${forgotten}`, href: null });
+    expect(lineOf(page, "paused-by")).toEqual({ text: `Paused by ${forgotten}`, href: null });
+    expect(lineOf((await client.get(`/console/subscriptions/${thirds}`)).text, "disabled-by")!.text).toContain(` by ${forgotten}: `);
+    const deletion = (await h.rt.db.get<{ id: string }>("SELECT id FROM events WHERE type = 'contact.deleted'"))!.id;
+    const eventPage = (await client.get(`/console/events/${deletion}`)).text;
+    expect(factOf(eventPage, "Made by")).toEqual({ text: forgotten, href: null });
+    const created = (await h.rt.db.get<{ id: string }>("SELECT id FROM events WHERE type = 'contact.created'"))!.id;
+    expect(textOf(/<p class="payload-erased">([\s\S]*?)<\/p>/.exec((await client.get(`/console/events/${created}`)).text)![1]!)).toContain(` by ${forgotten}, `);
+    expect((await crm(h, ["token", "list"])).out).toContain(`  made by ${forgotten}`);
+    // The token they made still works: forgetting changes who is named, nothing else.
+    expect(await contactsWith(h, token)).toBe(200);
+
+    // Again, or for an email nobody had: nothing holds it.
+    expect(await crm(h, ["operator", "forget", "--email", COLLEAGUE.email])).toEqual({ code: 0, out: `nothing kept ${COLLEAGUE.email}: no record names it, so there was nothing to forget\n`, err: "" });
   });
 });

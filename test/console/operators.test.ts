@@ -401,7 +401,8 @@ describe("operators on the command line", () => {
     expect(await operators(h)).toEqual([OPERATOR.email]);
     expect(await run(["remove", "--email", OPERATOR.email])).toEqual({ code: 2, out: "", err: "crm: This is the only operator; add another before removing it, or nobody could sign in.\n" });
     expect(await run(["remove"])).toEqual({ code: 2, out: "", err: "crm: operator remove needs --email E\n" });
-    expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator reset-password --email E --password-stdin | operator unlock --email E\n");
+    expect(await run(["forget"])).toEqual({ code: 2, out: "", err: "crm: operator forget needs --email E\n" });
+    expect((await run(["frobnicate"])).err).toBe("crm: usage: operator list | operator create --email E --password-stdin | operator remove --email E [--revoke-tokens] [--disable-subscriptions] | operator forget --email E | operator reset-password --email E --password-stdin | operator unlock --email E\n");
   }, 30_000);
 });
 
