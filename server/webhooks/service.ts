@@ -8,7 +8,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { changeMakerOf, commandOrigin, madeByColumns, makerKind, storedMaker, type ChangeMaker, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
-import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, timestampRefusal, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
   EVENT_CATALOGUE,
@@ -592,10 +592,10 @@ export function recoveryWindow(input: RecoveryInput, now = Date.now()): Recovery
   const since = parseTimestamp(input.since);
   const until = input.until === undefined ? now : parseTimestamp(input.until);
   const errors: { pointer: string; detail: string }[] = [];
-  if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
+  if (since === null) errors.push({ pointer: "/since", detail: timestampRefusal(input.since) });
   else if (since < now - MAX_RECOVERY_DAYS * 86_400_000 - RECOVERY_GRACE_MS) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
   else if (since >= now) errors.push({ pointer: "/since", detail: "must be in the past" });
-  if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
+  if (until === null) errors.push({ pointer: "/until", detail: timestampRefusal(input.until) });
   else if (since !== null && since < now && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
   if (errors.length > 0) throw validationProblem(errors, "The recovery window is invalid.");
   return { since: since!, until: Math.min(until!, now) };
