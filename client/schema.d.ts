@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share (README: Connections).
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share, before the page is read when 64 KiB more would pass it (README: Connections).
          */
         get: operations["listContacts"];
         put?: never;

@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { refuseListWhileAnswersUnread } from "../limits/routes.ts";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
@@ -76,6 +77,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, rt.secrets, query), {
       query: SubscriptionListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
     })
@@ -214,6 +216,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, rt.secrets, query), {
       query: DeliveryListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
     })
