@@ -697,7 +697,7 @@ export interface paths {
         put?: never;
         /**
          * Retry a webhook delivery now
-         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
+         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are (Retry-After: the seconds until the oldest such attempt on this instance ends at the latest, at the delivery timeout); 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;

@@ -783,7 +783,7 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
     case "shutting-down":
       return new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
     case "manual-attempts-busy":
-      return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
+      return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": String(refusal.retryAfter) });
     case "subscription-attempts-busy":
       return new ProblemError(
         503,
@@ -792,7 +792,7 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
           ? `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`
           : `The subscription ${refusal.subscriptionId} has ${attemptsCount(refusal.cap)} under way on this instance, the most it sends at once to a receiver that left attempts unanswered (timed out, or no connection) until it answers again; retry the delivery in a moment.`,
         undefined,
-        { "retry-after": "1" },
+        { "retry-after": String(refusal.retryAfter) },
       );
     case "subscription-deleted":
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);
