@@ -70,7 +70,7 @@ export interface paths {
         };
         /**
          * List contacts
-         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share (README: Connections).
+         * @description Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share, before the page is read when 64 KiB more would pass it (README: Connections).
          */
         get: operations["listContacts"];
         put?: never;
@@ -697,7 +697,7 @@ export interface paths {
         put?: never;
         /**
          * Retry a webhook delivery now
-         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
+         * @description Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has 32 attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or 16 manual attempts are (Retry-After: the seconds until the oldest such attempt on this instance ends at the latest, at the delivery timeout); 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.
          */
         post: operations["retryWebhookDelivery"];
         delete?: never;

@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { refuseListWhileAnswersUnread } from "../limits/routes.ts";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
@@ -38,6 +39,7 @@ export function accountRoutes(rt: Runtime) {
     .post("/batch", ...batchPost(rt, ACCOUNT_BATCH, BATCH_DOC))
     .get("", ({ query }) => listAccountsPage(rt.db, rt.secrets, query), {
       query: AccountListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: AccountListEnvelope, ...problemResponses(401, 403, 422) },
       detail: {
         operationId: "listAccounts",

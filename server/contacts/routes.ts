@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { refuseListWhileAnswersUnread } from "../limits/routes.ts";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
@@ -53,10 +54,11 @@ export function contactRoutes(rt: Runtime) {
     .post("/batch", ...batchPost(rt, CONTACT_BATCH, BATCH_DOC))
     .get("", async ({ query, request, set, token }) => sendJson(set, await listContactsPage(rt.db, rt.secrets, withRepeatedValues(query, request.url), token.id)), {
       query: ContactListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       // Documented, not re-checked: checking a page (50 date-time parses) cost about 15% of this, the
       // busiest route; the rows are rendered by toContact, whose shape the tests pin.
       response: { 200: serialisedResponse(ContactListEnvelope), ...problemResponses(401, 403, 422) },
-      detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share (README: Connections).", tags, ...secured },
+      detail: { operationId: "listContacts", summary: "List contacts", description: "Paginated by page/per_page, or by cursor for full scans and incremental syncs (meta.next_cursor). Every filter and sort is served by an index. With include, a page by cursor may hold fewer than per_page contacts, and a page by number may be refused naming per_page: see include. A page of 64 Ki characters or more (as any such answer) is sent in chunks as the client reads it; one that would take the answers the server holds unread past --answer-buffer-max-mb is refused 503 answer-buffer-full, or 429 answers-unread past its client's share, before the page is read when 64 KiB more would pass it (README: Connections).", tags, ...secured },
     })
     .get("/deleted", ...deletedList(rt, "contact", { operationId: "listDeletedContacts", plural: "contacts", tags }))
     .post("/deleted/:id/erase", ...erasePost(rt, "contact", { operationId: "eraseDeletedContact", tags }))

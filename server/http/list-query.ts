@@ -1,6 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import { t, type TSchema } from "elysia";
-import { parseTimestamp, withOffsetPlus } from "../shared/time.ts";
+import { parseTimestamp, timestampRefusal, withOffsetPlus } from "../shared/time.ts";
 import type { Database, Db } from "../db/sql.ts";
 import { documentAs } from "./openapi-docs.ts";
 import { validationProblem, type FieldError } from "../shared/problem.ts";
@@ -228,8 +228,9 @@ type TimeFilter = (typeof TIME_FILTERS)[number];
 /** parseTimestampFilter reads an RFC 3339 filter parameter (its offset's "+" sent unencoded too: withOffsetPlus) or throws a 422 naming it. */
 export function parseTimestampFilter(name: TimeFilter, value: unknown): number | undefined {
   if (value === undefined) return undefined;
-  const ms = typeof value === "string" ? parseTimestamp(withOffsetPlus(value)) : null;
-  if (ms === null) throw validationProblem([{ parameter: name, detail: "must be an RFC 3339 date-time, e.g. 2026-11-21T10:00:00Z" }]);
+  const text = typeof value === "string" ? withOffsetPlus(value) : null;
+  const ms = text === null ? null : parseTimestamp(text);
+  if (ms === null) throw validationProblem([{ parameter: name, detail: timestampRefusal(text, ", e.g. 2026-11-21T10:00:00Z") }]);
   return ms;
 }
 

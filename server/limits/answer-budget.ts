@@ -47,16 +47,7 @@ export class AnswerBudget {
    */
   take(client: string, bytes: number, refusable: boolean): void {
     const held = this.perClient.get(client) ?? 0;
-    if (refusable && held > 0 && held + bytes > this.share) {
-      // The client's own doing, and its own requests alone are refused: 429, which a proxy does not retry on another instance as it may a 503.
-      throw new ProblemError(
-        429,
-        "answers-unread",
-        `This client has answers the server still holds, not yet read, and this one (${mib(bytes)}) would take it past its share of ${mib(this.share)} (an eighth of --answer-buffer-max-mb). Read the answers already asked for, then retry after the Retry-After seconds.`,
-        undefined,
-        { "retry-after": String(ANSWER_RETRY_AFTER_SECONDS) },
-      );
-    }
+    if (refusable && held > 0 && held + bytes > this.share) throw this.answersUnread();
     if (refusable && this.used > 0 && this.used + bytes > this.maxBytes) {
       throw new ProblemError(
         503,
@@ -68,6 +59,32 @@ export class AnswerBudget {
     }
     this.used += bytes;
     this.perClient.set(client, held + bytes);
+  }
+
+  /**
+   * refuseWhileNearShare throws the 429 take would throw for any large answer (ANSWER_PIECE_BYTES
+   * or more) while `client` holds too much of its share for one: called before a list is read, so
+   * a client that reads nothing makes the server build no page only to drop it.
+   */
+  refuseWhileNearShare(client: string): void {
+    const held = this.perClient.get(client) ?? 0;
+    if (held > 0 && held + ANSWER_PIECE_BYTES > this.share) throw this.answersUnread();
+  }
+
+  /**
+   * answersUnread is the 429 of an answer refused for its client's share, the same before a list is
+   * read as once an answer is built (its size is not told: a list refused before has none yet). The
+   * client's own doing, and its own requests alone are refused: 429, which a proxy does not retry on
+   * another instance as it may a 503.
+   */
+  private answersUnread(): ProblemError {
+    return new ProblemError(
+      429,
+      "answers-unread",
+      `This client has answers the server still holds, not yet read, too near its share of ${mib(this.share)} (an eighth of --answer-buffer-max-mb) for this answer. Read the answers already asked for, then retry after the Retry-After seconds.`,
+      undefined,
+      { "retry-after": String(ANSWER_RETRY_AFTER_SECONDS) },
+    );
   }
 
   /** release gives back `bytes` of `client`'s answers, sent or abandoned. */

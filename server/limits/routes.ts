@@ -100,6 +100,15 @@ function malformedEscape(): ProblemError {
   return new ProblemError(400, "invalid-request-target", "The request target has a percent escape that does not decode to UTF-8 text (such as %E9 alone, or % not followed by two hex digits).");
 }
 
+/**
+ * refuseListWhileAnswersUnread is the beforeHandle of a GET list, whose page can be large: 429
+ * answers-unread before it is read when its client holds too much of its answer share for a
+ * large answer (AnswerBudget.refuseWhileNearShare), a short page too, as its size is not known yet.
+ */
+export function refuseListWhileAnswersUnread(rt: Runtime) {
+  return ({ request }: { request: Request }) => rt.answers.refuseWhileNearShare(addressOf(rt.listening(), request, rt.config.trustedProxies));
+}
+
 /** isJsonValue tells whether a route's answer is an object or array Elysia would send as JSON (Response.json), not a Response, file, stream or status wrapper. */
 function isJsonValue(value: object): boolean {
   return value.constructor === Object || Array.isArray(value);

@@ -78,6 +78,17 @@ export function parseTimestamp(value: string): number | null {
   return leap && ((ms % DAY_MS) + DAY_MS) % DAY_MS < DAY_MS - 60_000 ? null : ms;
 }
 
+/**
+ * timestampRefusal is the detail of a 422 for a value parseTimestamp refused: "must be an RFC 3339
+ * date-time" and `example`, or, for one refused only for its second 60 away from 23:59 UTC, why:
+ * RFC 3339 (section 5.6) allows second 60 for a leap second, and leap seconds are inserted at
+ * 23:59:60 UTC only, whatever the offset it is written in.
+ */
+export function timestampRefusal(value: unknown, example = ""): string {
+  const misplacedLeap = typeof value === "string" && RFC3339.exec(value)?.[6] === "60" && parseTimestamp(`${value.slice(0, 17)}59${value.slice(19)}`) !== null;
+  return misplacedLeap ? "must be an RFC 3339 date-time; second 60 is a leap second, which RFC 3339 allows at 23:59:60 UTC only" : `must be an RFC 3339 date-time${example}`;
+}
+
 /** settlesWithin tells whether a promise settles before a number of milliseconds pass. */
 export async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
   let timer: Timer | undefined;

@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { refuseListWhileAnswersUnread } from "../limits/routes.ts";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
@@ -20,6 +21,7 @@ export function userRoutes(rt: Runtime) {
     .use(unversionedWrites("Users", { id: { kind: "user", lookup: (id) => getUser(rt.db, id) } }))
     .get("", ({ query }) => listUsersPage(rt.db, rt.secrets, query), {
       query: UserListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: UserListEnvelope, ...problemResponses(401, 403, 422) },
       detail: {
         operationId: "listUsers",

@@ -1,4 +1,5 @@
 import { Elysia, t } from "elysia";
+import { refuseListWhileAnswersUnread } from "../limits/routes.ts";
 import { bearerAuth } from "../auth/routes.ts";
 import { fingerprintSentBody, idempotentPost } from "../http/idempotent.ts";
 import { IdempotencyKeyHeader, secured } from "../http/openapi-docs.ts";
@@ -76,6 +77,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-subscriptions", ({ query }) => listSubscriptionsPage(rt.db, rt.secrets, query), {
       query: SubscriptionListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: SubscriptionListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookSubscriptions", summary: "List webhook subscriptions", description: "Newest first; secrets masked. Filter by event kind with `event`.", tags: subscriptionTags, ...secured },
     })
@@ -214,6 +216,7 @@ export function webhookRoutes(rt: Runtime) {
     })
     .get("/webhook-deliveries", ({ query }) => listDeliveriesPage(rt.db, rt.secrets, query), {
       query: DeliveryListQuery,
+      beforeHandle: refuseListWhileAnswersUnread(rt),
       response: { 200: DeliveryListEnvelope, ...problemResponses(401, 403, 422) },
       detail: { operationId: "listWebhookDeliveries", summary: "List webhook deliveries", description: "Newest first. One delivery per event and subscription; its id is the webhook-id header your receiver saw.", tags: deliveryTags, ...secured },
     })
@@ -231,7 +234,7 @@ export function webhookRoutes(rt: Runtime) {
       detail: {
         operationId: "retryWebhookDelivery",
         summary: "Retry a webhook delivery now",
-        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or ${MAX_MANUAL_ATTEMPTS} manual attempts are; 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
+        description: `Makes one manual attempt at once, whatever the delivery's status, and answers with the delivery afterwards. A pending delivery keeps its schedule if the attempt fails. 409 if its subscription is deleted, disabled or paused, or an attempt is under way; 503 with Retry-After while its subscription has ${MAX_PER_SUBSCRIPTION} attempts under way, or on this instance as many as it sends at once to a receiver that left attempts unanswered (the attempt counts among those), or ${MAX_MANUAL_ATTEMPTS} manual attempts are (Retry-After: the seconds until the oldest such attempt on this instance ends at the latest, at the delivery timeout); 503 secrets-key-replaced, nothing sent, from an instance left running with the secrets key crm secrets-key rotate replaced.`,
         tags: deliveryTags,
         ...secured,
       },

@@ -8,7 +8,7 @@ import { DEFAULT_SECRET_GRACE_HOURS, MAX_ATTEMPTS_SHOWN, MAX_RECOVERY_DAYS, MAX_
 import type { Runtime } from "../runtime.ts";
 import { newId } from "../shared/ids.ts";
 import { changeMakerOf, commandOrigin, madeByColumns, makerKind, storedMaker, type ChangeMaker, type ChangeOrigin, type MadeBy } from "../shared/made-by.ts";
-import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
+import { HOUR_MS, hourOf, LATEST_TIMESTAMP_MS, parseTimestamp, timestampRefusal, toOptionalTimestamp, toTimestamp } from "../shared/time.ts";
 import {
   DELIVERY_FILTERS,
   EVENT_CATALOGUE,
@@ -592,10 +592,10 @@ export function recoveryWindow(input: RecoveryInput, now = Date.now()): Recovery
   const since = parseTimestamp(input.since);
   const until = input.until === undefined ? now : parseTimestamp(input.until);
   const errors: { pointer: string; detail: string }[] = [];
-  if (since === null) errors.push({ pointer: "/since", detail: "must be an RFC 3339 date-time" });
+  if (since === null) errors.push({ pointer: "/since", detail: timestampRefusal(input.since) });
   else if (since < now - MAX_RECOVERY_DAYS * 86_400_000 - RECOVERY_GRACE_MS) errors.push({ pointer: "/since", detail: `must be at most ${MAX_RECOVERY_DAYS} days ago` });
   else if (since >= now) errors.push({ pointer: "/since", detail: "must be in the past" });
-  if (until === null) errors.push({ pointer: "/until", detail: "must be an RFC 3339 date-time" });
+  if (until === null) errors.push({ pointer: "/until", detail: timestampRefusal(input.until) });
   else if (since !== null && since < now && until <= since) errors.push({ pointer: "/until", detail: "must be after since" });
   if (errors.length > 0) throw validationProblem(errors, "The recovery window is invalid.");
   return { since: since!, until: Math.min(until!, now) };
@@ -783,7 +783,7 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
     case "shutting-down":
       return new ProblemError(503, "shutting-down", "The server is shutting down; retry the delivery after it restarts.", undefined, { "retry-after": "5" });
     case "manual-attempts-busy":
-      return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": "1" });
+      return new ProblemError(503, "manual-attempts-busy", `${MAX_MANUAL_ATTEMPTS} manual attempts are under way, the most at once; retry the delivery in a moment.`, undefined, { "retry-after": String(refusal.retryAfter) });
     case "subscription-attempts-busy":
       return new ProblemError(
         503,
@@ -792,7 +792,7 @@ export function attemptRefusalProblem(id: string, refusal: AttemptRefusal): Prob
           ? `The subscription ${refusal.subscriptionId} has ${MAX_PER_SUBSCRIPTION} attempts under way, the most at once; retry the delivery in a moment.`
           : `The subscription ${refusal.subscriptionId} has ${attemptsCount(refusal.cap)} under way on this instance, the most it sends at once to a receiver that left attempts unanswered (timed out, or no connection) until it answers again; retry the delivery in a moment.`,
         undefined,
-        { "retry-after": "1" },
+        { "retry-after": String(refusal.retryAfter) },
       );
     case "subscription-deleted":
       return new ProblemError(409, "subscription-deleted", `The subscription ${refusal.subscriptionId} of this delivery was deleted; nothing can be sent for it.`);

@@ -184,11 +184,13 @@ export type Trigger = "scheduled" | "manual";
 /** AttemptRefusal says why a manual attempt was not made; the webhooks service answers it over HTTP. */
 export type AttemptRefusal =
   | { refused: "not-found" }
-  | { refused: "in-progress" | "shutting-down" | "manual-attempts-busy" | "secrets-key-replaced" }
+  | { refused: "in-progress" | "shutting-down" | "secrets-key-replaced" }
+  /** `retryAfter`: seconds until the oldest manual attempt open here ends at the latest (retryAfterSeconds) */
+  | { refused: "manual-attempts-busy"; retryAfter: number }
   | { refused: "event-erased"; erasedAt: number }
   | { refused: "subscription-deleted" | "subscription-disabled" | "subscription-paused"; subscriptionId: string }
   /** `cap`: MAX_PER_SUBSCRIPTION, over every instance, or less, this instance's cut of a receiver that leaves attempts unanswered (ReceiverCaps) */
-  | { refused: "subscription-attempts-busy"; subscriptionId: string; cap: number };
+  | { refused: "subscription-attempts-busy"; subscriptionId: string; cap: number; retryAfter: number };
 
 /** DeliveryOutcome describes a finished attempt, for metrics. */
 export interface DeliveryOutcome {
@@ -269,6 +271,8 @@ interface InFlight {
   result?: AttemptResult;
   /** set when stop gives up on the attempt: its outcome is not recorded (its lease is released) */
   abandoned: boolean;
+  /** performance.now() when it was dispatched: its request ends by the delivery timeout after it */
+  startedAt: number;
 }
 
 /**
@@ -950,7 +954,7 @@ export class DeliveryLoop {
       }
       this.wake();
     };
-    const attempt = { due, trigger, controller, abandoned: false } as InFlight;
+    const attempt = { due, trigger, controller, abandoned: false, startedAt: performance.now() } as InFlight;
     attempt.done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
@@ -1117,16 +1121,19 @@ export class DeliveryLoop {
         if ((row.locked_until !== null && row.locked_until > now) || this.underWay().get(row.subscription_id)?.includes(id)) return { refused: "in-progress" };
         // Left running on the key crm secrets-key rotate replaced, this instance could not sign it: the attempt would send nothing and record nothing.
         if (!this.opensSigningSecrets(row)) return { refused: "secrets-key-replaced" };
-        if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap: MAX_PER_SUBSCRIPTION };
+        const ofSubscription = (attempt: InFlight) => attempt.due.subscription_id === row.subscription_id;
+        if ((await this.attemptsUnderWay(tx, row.subscription_id, now)) >= MAX_PER_SUBSCRIPTION) {
+          return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap: MAX_PER_SUBSCRIPTION, retryAfter: this.retryAfterSeconds(ofSubscription) };
+        }
         // A receiver cut for leaving attempts unanswered gets no more at once by hand than the loop
         // sends it: a few presses of Retry now would otherwise open as many requests at a receiver
         // that hangs, each held for the whole timeout.
         const cap = this.caps.capOf(row.subscription_id);
-        if ((this.perSubscription.get(row.subscription_id) ?? 0) >= cap) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap };
+        if ((this.perSubscription.get(row.subscription_id) ?? 0) >= cap) return { refused: "subscription-attempts-busy", subscriptionId: row.subscription_id, cap, retryAfter: this.retryAfterSeconds(ofSubscription) };
         // Counted in the claim's write, after the refusals above: writes run one at a time, so
         // requests arriving together each see the attempts claimed before them, and a request
         // refused as in progress is never counted as an attempt under way.
-        if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy" };
+        if (this.manualAttempts >= MAX_MANUAL_ATTEMPTS) return { refused: "manual-attempts-busy", retryAfter: this.retryAfterSeconds((attempt) => attempt.trigger === "manual") };
         this.manualAttempts++;
         counted = true;
         const [leased] = await lease(tx, [row], now + config.deliveryTimeoutMs + LEASE_MARGIN_MS);
@@ -1144,6 +1151,19 @@ export class DeliveryLoop {
       if (slotHeldFor !== null) this.freeReceiverSlot(slotHeldFor);
       if (counted) this.manualAttempts--;
     }
+  }
+
+  /**
+   * retryAfterSeconds is the Retry-After of a manual attempt refused for want of a slot: the whole
+   * seconds until the oldest attempt open here that `holds` the slot ends at the latest, at its
+   * delivery timeout (at least 1), as a receiver that never answers holds it that long. 1 when none
+   * is open here: the slots are held on other instances, whose attempts this one does not know.
+   */
+  private retryAfterSeconds(holds: (attempt: InFlight) => boolean): number {
+    let oldest = Infinity;
+    for (const attempt of this.inFlight) if (attempt.result === undefined && holds(attempt)) oldest = Math.min(oldest, attempt.startedAt);
+    if (oldest === Infinity) return 1;
+    return Math.max(1, Math.ceil((oldest + this.deps.config.deliveryTimeoutMs - performance.now()) / 1000));
   }
 
   /**

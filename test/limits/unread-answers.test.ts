@@ -103,7 +103,7 @@ test("answers nobody reads are held within --answer-buffer-max-mb: a client past
         type: "urn:crm:problem:answers-unread",
         title: "Too Many Requests",
         status: 429,
-        detail: `This client has answers the server still holds, not yet read, and this one (${mib(pageBytes)}) would take it past its share of 2 MiB (an eighth of --answer-buffer-max-mb). Read the answers already asked for, then retry after the Retry-After seconds.`,
+        detail: "This client has answers the server still holds, not yet read, too near its share of 2 MiB (an eighth of --answer-buffer-max-mb) for this answer. Read the answers already asked for, then retry after the Retry-After seconds.",
       },
     });
   }
@@ -183,5 +183,35 @@ test("a write's answer is sent whatever its client holds unread: refused once th
   expect({ created: created.status, chunked: created.headers["transfer-encoding"], read: read.status }).toEqual({ created: 201, chunked: "chunked", read: 429 });
   const found = await (await api("GET", `/public/v1/accounts?name=${encodeURIComponent("Written once")}`)).json();
   expect(found.meta.total).toBe(1);
+  await waitFor(() => answers.inUse === 0, "the answers' shares given back");
+});
+
+test("a client holding answers too near its share for another large one is refused a list before the page is built: the 429 of a page it would not be sent, for a short page too", async () => {
+  // 127.0.0.31 holds a share less a few bytes unread, as a client that stopped reading pages does: no answer of a piece or more fits beside them.
+  const answers = running.runtime.answers;
+  const held = answers.share - 10;
+  answers.take("127.0.0.31", held, false);
+  const headers = { authorization: `Bearer ${token}` };
+  const reader = new Connection(port, "127.0.0.31");
+  const refused = [];
+  for (const path of [PAGE, "/public/v1/accounts?per_page=1", "/public/v1/webhook-deliveries"]) {
+    const res = await reader.request("GET", path, headers);
+    refused.push({ status: res.status, retryAfter: res.headers["retry-after"], problem: JSON.parse(res.body) });
+  }
+  // A short answer that is no list is sent as before.
+  const one = await reader.request("GET", "/public/v1/event-types", headers);
+  reader.destroy();
+  answers.release("127.0.0.31", held);
+  const expected = {
+    status: 429,
+    retryAfter: "1",
+    problem: {
+      type: "urn:crm:problem:answers-unread",
+      title: "Too Many Requests",
+      status: 429,
+      detail: "This client has answers the server still holds, not yet read, too near its share of 2 MiB (an eighth of --answer-buffer-max-mb) for this answer. Read the answers already asked for, then retry after the Retry-After seconds.",
+    },
+  };
+  expect({ refused, one: one.status }).toEqual({ refused: [expected, expected, expected], one: 200 });
   await waitFor(() => answers.inUse === 0, "the answers' shares given back");
 });

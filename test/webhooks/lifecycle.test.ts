@@ -305,7 +305,7 @@ describe("recovery: errors", () => {
     expect(await h.json("POST", subscriptionPath(sub.id, "recover"), { body: { since } })).toMatchObject({ status: 202, body: { data: { subscription_id: sub.id, since, queued: 0 } } });
   });
 
-  test("a leap second (second 60 at 23:59 UTC) is read as 23:59:59.999, as the time filters read it, not refused as no date-time; second 60 of another minute is", async () => {
+  test("a leap second (second 60 at 23:59 UTC) is read as 23:59:59.999, as the time filters read it, not refused as no date-time; second 60 of another minute is, saying why", async () => {
     h = await scope.harness();
     const sub = await h.subscribe(receiver().url, ["contact.created"]);
     const path = subscriptionPath(sub.id, "recover");
@@ -321,10 +321,13 @@ describe("recovery: errors", () => {
       [{ pointer: "/since", detail: "must be at most 14 days ago" }],
       [{ pointer: "/since", detail: "must be at most 14 days ago" }],
       [{ pointer: "/until", detail: "must be after since" }],
-      [{ pointer: "/since", detail: "must be an RFC 3339 date-time" }],
+      [{ pointer: "/since", detail: "must be an RFC 3339 date-time; second 60 is a leap second, which RFC 3339 allows at 23:59:60 UTC only" }],
       [{ pointer: "/until", detail: "must be an RFC 3339 date-time" }],
     ]);
     expect((await h.json("GET", "/public/v1/contacts?updated_after=2016-12-31T23:59:60Z")).status).toBe(200);
+    expect((await h.json("GET", "/public/v1/contacts?updated_after=2016-12-31T12:59:60Z")).body.errors).toEqual([
+      { parameter: "updated_after", detail: "must be an RFC 3339 date-time; second 60 is a leap second, which RFC 3339 allows at 23:59:60 UTC only" },
+    ]);
   });
 
   test("an unknown subscription is 404; a disabled one is 409", async () => {

@@ -127,10 +127,9 @@ export async function refuseWhile(db: Db, name: string, write: "INSERT" | "UPDAT
 /** retryAnswerOf is what a test compares of a manual retry's answer: its status, Retry-After and whole body. */
 export const retryAnswerOf = (res: { status: number; headers: Headers; body: unknown }) => ({ status: res.status, retryAfter: res.headers.get("retry-after"), body: res.body });
 
-/** attemptsBusy is a manual retry's 503 subscription-attempts-busy as retryAnswerOf reads it, `detail` saying which cap was reached. */
+/** attemptsBusy is a manual retry's 503 subscription-attempts-busy as retryAnswerOf reads it but its Retry-After (the time left of an attempt, which a test checks to a range), `detail` saying which cap was reached. */
 export const attemptsBusy = (detail: string) => ({
   status: 503,
-  retryAfter: "1",
   body: { type: "urn:crm:problem:subscription-attempts-busy", title: "Service Unavailable", status: 503, detail },
 });
 
