@@ -158,10 +158,12 @@ function withinOpenFileLimit(config: Config, log: Logger, limit = openFileLimit(
 /**
  * startHttpClient makes Bun start its fetch thread now: started on the first fetch, it needs a free
  * descriptor for its event loop, and when there is none Bun exits ("ran out of file descriptors")
- * instead of failing the fetch. Port 0 refuses at once, sending nothing anywhere.
+ * instead of failing the fetch. A Unix socket that does not exist fails at once, sending nothing
+ * anywhere: an address, even 127.0.0.1:0, would go to HTTP_PROXY when that is set, and a proxy
+ * that does not answer held the start for good.
  */
 async function startHttpClient(): Promise<void> {
-  await fetch("http://127.0.0.1:0/").catch(() => {});
+  await fetch("http://localhost/", { unix: "/nonexistent/crm-starts-its-http-client" }).catch(() => {});
 }
 
 /** startServer opens the configured database (PostgreSQL or the data directory's SQLite), migrates, and listens; it is what `serve` runs. */

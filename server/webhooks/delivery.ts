@@ -75,8 +75,8 @@ export interface AttemptResult {
    * a refused address, nor an attempt interrupted here); the delivery loop sends it fewer at once
    */
   unanswered: boolean;
-  /** the attempt failed here, before reaching the receiver (localFaultOf): it spends no attempt and says nothing of the receiver */
-  local_fault: boolean;
+  /** the code of a failure here, before reaching the receiver (localFaultOf), else null: such an attempt spends no attempt and says nothing of the receiver */
+  local_fault: string | null;
 }
 
 /** signPayload returns the Standard Webhooks signature `v1,<base64 HMAC-SHA256 of id.timestamp.body>`. */
@@ -324,7 +324,7 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     retry_after_ms: null,
     refused_address: null,
     unanswered: false,
-    local_fault: false,
+    local_fault: null,
   };
   let serverName: string | null = null;
   const unreached: Unreached[] = [];
@@ -387,13 +387,13 @@ export async function sendAttempt(request: AttemptRequest): Promise<AttemptResul
     const localFault = localFaultOf(error, unreached.map((u) => u.code));
     if (interruption instanceof AttemptInterrupted) result.error = interruption.message;
     else if (localFault !== null) {
-      result.local_fault = true;
+      result.local_fault = localFault;
       result.error = `not sent: this server is out of file descriptors (${localFault}); the receiver was not contacted, and the delivery is tried again shortly without spending an attempt`;
     }
     // Every address tried was unreached: the record names them all, and counts those not tried.
     else if (error instanceof EveryAddressUnreached || unreachedCode(error) !== null) result.error = `connection failed: ${describeUnreached(unreached)}${notTried(untried)}`;
     else result.error = `${describeError(error, timeout.aborted, request.timeoutMs, result.response_status, serverName)}${unreached.length > 0 ? `; before it, ${describeUnreached(unreached)}` : ""}`;
-    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && !result.local_fault && (timeout.aborted || result.response_status === null);
+    result.unanswered = !request.signal.aborted && !(error instanceof TargetRefused) && result.local_fault === null && (timeout.aborted || result.response_status === null);
   }
   if (result.error !== null) result.error = cutTo(result.error, ERROR_KEPT_CHARACTERS);
   result.duration_ms = Math.round((performance.now() - started) * 100) / 100;

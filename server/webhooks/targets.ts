@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
 import { MAX_ADDRESSES_PER_ATTEMPT } from "../limits/limits.ts";
 import { codePointName } from "../shared/text.ts";
@@ -286,6 +286,17 @@ export const SYSTEM_NETWORK: Network = {
 const isAddress = (host: string) => isIPv4(host) || isIPv6(host);
 const PRIVATE_SWITCH_HINT = "webhook targets must be public, or in a private network CRM_ALLOW_PRIVATE_TARGETS lists";
 
+/** descriptorShortage is EMFILE or ENFILE when this process cannot open a file now (none free, its own or the system's), else null. */
+function descriptorShortage(): string | null {
+  try {
+    closeSync(openSync("/dev/null", "r"));
+    return null;
+  } catch (error) {
+    const code = errorCode(error);
+    return code === "EMFILE" || code === "ENFILE" ? code : null;
+  }
+}
+
 /**
  * resolveTarget resolves a URL's host once and returns the addresses to connect to, in the order
  * given, each once. Every address must be public or allowed by `privateTargets` (a name with one
@@ -305,6 +316,10 @@ export async function resolveTarget(hostname: string, resolve: Resolver, private
       addresses = await (signal ? untilAborted(resolve(host), signal) : resolve(host));
     } catch (error) {
       if (signal?.aborted) throw error;
+      // Without a free descriptor the lookup fails before asking anyone (c-ares reports
+      // ECONNREFUSED, the hosts file reads as empty): that is this machine's fault, not the name's.
+      const shortage = descriptorShortage();
+      if (shortage !== null) throw Object.assign(new Error(`${shortage}: no free descriptor to look up ${host}`, { cause: error }), { code: shortage });
       throw new TargetRefused(`host ${host} could not be resolved (${errorCode(error) ?? (error as Error).message})`);
     }
     if (addresses.length === 0) throw new TargetRefused(`host ${host} could not be resolved (no address)`);

@@ -306,6 +306,8 @@ async function lease(tx: Db, picked: DueDelivery[], until: number): Promise<DueD
 
 /** LOCAL_FAULT_RETRY_MS is how soon a delivery is tried again after an attempt that failed here, before reaching its receiver (AttemptResult.local_fault). */
 const LOCAL_FAULT_RETRY_MS = 5000;
+/** LOCAL_FAULT_LOG_INTERVAL_MS is how often, at most, the loop logs that attempts are turned back for want of descriptors. */
+const LOCAL_FAULT_LOG_INTERVAL_MS = 60_000;
 
 /** succeeded: a 2xx answer read to the end within the timeout (a 2xx whose body never ends is a failed attempt). */
 const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
@@ -322,7 +324,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
 async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
   const current = await findStoredDelivery(db, due.id);
   if (!current) return null;
-  if (result.local_fault && current.locked_until === due.locked_until) {
+  if (result.local_fault !== null && current.locked_until === due.locked_until) {
     // Nothing reached the receiver: no attempt is stored or counted, its streak and schedule stay
     // as they were, and the delivery shows why it waits (last_error) until it is tried again soon.
     const next = current.status === "pending" && trigger === "scheduled" ? now + LOCAL_FAULT_RETRY_MS : current.next_attempt_at;
@@ -428,6 +430,8 @@ export class DeliveryLoop {
   private claimFailureLogged = false;
   /** spaces the lines of attempts whose outcomes the database refused, one line for each cause (databaseFailureOf): a full disk refuses every attempt in flight at once */
   private readonly unrecordedLines = new SpacedLines<string>();
+  /** when the last "out of file descriptors" line was logged (noteLocalFault), and the attempts turned back since */
+  private localFaults = { loggedAt: -Infinity, since: 0 };
   // By attempt, not by delivery id: an attempt abandoned by a stop (its lease released) may still
   // be running here, and each attempt holds a slot until it ends. A delivery with an attempt open
   // here is not claimed or attempted again here, even once its lease has run out (a wall clock
@@ -607,6 +611,21 @@ export class DeliveryLoop {
     if (payload === null) this.deletesCheckedAt = -Infinity;
     if (payload?.startsWith(DELETED_PREFIX)) this.abortAttemptsOfDeleted(payload.slice(DELETED_PREFIX.length));
     else this.wake();
+  }
+
+  /**
+   * noteLocalFault logs that attempts are being turned back for want of descriptors, at most once a
+   * minute: each is tried again every 5 s while the shortage lasts, and a line each would flood the log.
+   */
+  private noteLocalFault(code: string): void {
+    this.localFaults.since++;
+    const now = Date.now();
+    if (now - this.localFaults.loggedAt < LOCAL_FAULT_LOG_INTERVAL_MS) return;
+    this.deps.log.error(
+      `webhook attempts not sent: this server is out of file descriptors (${code}); their deliveries are tried again every ${LOCAL_FAULT_RETRY_MS / 1000} s without spending an attempt until descriptors are free: raise the open-file limit (see Connections in README)`,
+      { attempts_not_sent: this.localFaults.since },
+    );
+    this.localFaults = { loggedAt: now, since: 0 };
   }
 
   /** onOutcome registers a listener told about every finished attempt. */
@@ -985,6 +1004,8 @@ export class DeliveryLoop {
       if (attempt.abandoned) return;
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
       if (!recorded) return;
+      // Not an attempt: nothing reached the receiver, so nothing is counted or logged as one.
+      if (result.local_fault !== null) return this.noteLocalFault(result.local_fault);
       if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
       if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, this.deps.failedUnsent, keepGoing));
       const outcome: DeliveryOutcome = {
@@ -1092,7 +1113,7 @@ export class DeliveryLoop {
       await a.inRecordWrite?.(tx);
     }
     if (healthy.size > 0) await markSubscriptionsHealthy(tx, [...healthy]);
-    const sent = attempts.filter((a) => !a.result.local_fault);
+    const sent = attempts.filter((a) => a.result.local_fault === null);
     await addAttemptStats(tx, sent.map((a) => ({ subscription_id: a.due.subscription_id, started_at: a.result.started_at, duration_ms: a.result.duration_ms, succeeded: succeeded(a.result) })));
     return rows;
   }

@@ -45,4 +45,21 @@ describe("open-file limit", () => {
       await server.stopWith("SIGTERM");
     }
   });
+
+  test("serve starts Bun's HTTP client without a proxy: with HTTP_PROXY and HTTPS_PROXY naming a proxy that never answers, it listens, and the proxy is sent nothing", async () => {
+    let connected = 0;
+    const proxy = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { open: () => void connected++, data: () => {} } });
+    const dataDir = tempDir("open-files-proxy");
+    const proxyUrl = `http://127.0.0.1:${proxy.port}`;
+    try {
+      const server = await spawnServer([...SOURCE, "serve", "--port", "0", "--data-dir", dataDir], {
+        env: { PATH: process.env.PATH ?? "", HTTP_PROXY: proxyUrl, HTTPS_PROXY: proxyUrl, http_proxy: proxyUrl, https_proxy: proxyUrl },
+      });
+      expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+      await server.stopWith("SIGTERM");
+      expect(connected).toBe(0);
+    } finally {
+      proxy.stop(true);
+    }
+  });
 });
