@@ -131,14 +131,14 @@ export async function resetLinkFromForm(rt: Runtime, session: ConsoleSession, id
 export async function removeOperatorFromForm(rt: Runtime, session: ConsoleSession, id: string, formKey: string, choices: RemovalChoices, origin: ChangeOrigin): Promise<{ tokens: number; subscriptions: number }> {
   const form = { session, path: `/console/operators/${id}/remove`, key: formKey, values: { revoke_tokens: choices.revokeTokens, disable_subscriptions: choices.disableSubscriptions } };
   const { body, replayed } = await changeOnceForForm(rt, form, async (tx, now) => {
-    const { operator, ...done } = await dropOperatorWith(tx, id, choices, origin, now);
+    const { operator, ...done } = await dropOperatorWith(tx, id, choices, origin, now, rt.deliveries.openAttemptsOf);
     return { removed: operator.id, ...done };
   });
   // An answer kept by an earlier version holds neither list.
   const revoked = body.tokens_revoked ?? [];
   const disabled = body.subscriptions_disabled ?? [];
   if (!replayed) {
-    await operatorRemoved(rt.db, { tokens_revoked: revoked, subscriptions_disabled: disabled }, rt.batchRows, (error) => rt.deliveries.unsentRefused(error), rt.metrics.observePendingDeliveriesFailed);
+    await operatorRemoved(rt.db, { tokens_revoked: revoked, subscriptions_disabled: disabled }, rt.batchRows, (error) => rt.deliveries.unsentRefused(error), rt.metrics.observePendingDeliveriesFailed, rt.deliveries.openAttemptsOf);
     for (const token of revoked) rt.rateLimits.forgetToken(token);
   }
   return { tokens: revoked.length, subscriptions: disabled.length };

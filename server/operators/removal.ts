@@ -3,6 +3,7 @@ import { listTokens, revokeTokensMadeBy, tokensRevoked, type ApiTokenInfo } from
 import { replaceTokenMakerEmail } from "../auth/store.ts";
 import type { Database, Db } from "../db/sql.ts";
 import type { Subscription } from "../webhooks/model.ts";
+import { NO_OPEN_ATTEMPTS, type OpenAttempts } from "../webhooks/health.ts";
 import { disableSubscriptionsMadeBy, subscriptionsDisabled, toSubscription, type DisabledWithMaker } from "../webhooks/service.ts";
 import { CHANGE_MAKER_COLUMNS, listSubscriptionsMadeBy, replaceStoredMaker, replaceSubscriptionMakerEmail, storedMakersHolding, type ChangeMakerColumn } from "../webhooks/store.ts";
 import type { Operator } from "./model.ts";
@@ -39,20 +40,20 @@ export interface Removal {
  * dropOperatorWith removes operator `id` inside the caller's write (dropOperator: their sessions,
  * the links for them and by them) and, in the same write, as chosen, revokes the API tokens they
  * made and disables the subscriptions they made or created with one of those tokens, each
- * subscription.disabled made by `origin` (the console's request, or the command). Call
- * operatorRemoved with what it returns once the write has committed.
+ * subscription.disabled made by `origin` (the console's request, or the command), counting none of
+ * the deliveries with an attempt `openHere`. Call operatorRemoved with what it returns once the write has committed.
  */
-export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, origin: ChangeOrigin, now: number): Promise<Removal> {
+export async function dropOperatorWith(tx: Db, id: string, choices: RemovalChoices, origin: ChangeOrigin, now: number, openHere: OpenAttempts): Promise<Removal> {
   const operator = await dropOperator(tx, id);
   const revoked = choices.revokeTokens ? await revokeTokensMadeBy(tx, id, now) : [];
-  const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, origin, now) : [];
+  const disabled = choices.disableSubscriptions ? await disableSubscriptionsMadeBy(tx, operator.id, origin, now, openHere) : [];
   return { operator, tokens_revoked: revoked, subscriptions_disabled: disabled };
 }
 
 /**
  * operatorRemoved finishes, once its write has committed, what a removal revoked and disabled:
  * this process forgets the revoked tokens (tokensRevoked), and the disabled subscriptions' pending
- * deliveries are failed `chunk` per write (counted by `failedUnsent`); a refused write of those goes
+ * deliveries are failed `chunk` per write (counted by `failedUnsent`), those `openHere` left to their attempts; a refused write of those goes
  * to `refused`, and the delivery loop's sweep fails what it left.
  */
 export async function operatorRemoved(
@@ -61,9 +62,10 @@ export async function operatorRemoved(
   chunk: number,
   refused: (error: unknown) => void,
   failedUnsent: (count: number) => void,
+  openHere: OpenAttempts,
 ): Promise<void> {
   tokensRevoked(db, removal.tokens_revoked);
-  await subscriptionsDisabled(db, removal.subscriptions_disabled, chunk, refused, failedUnsent);
+  await subscriptionsDisabled(db, removal.subscriptions_disabled, chunk, refused, failedUnsent, openHere);
 }
 
 /**
@@ -76,11 +78,11 @@ export async function removeOperatorByEmail(db: Database, email: string, choices
   const { id } = await operatorByEmail(db, email);
   const { removal, made } = await db.write(async (tx) => {
     const made = await operatorMade(tx, id);
-    return { removal: await dropOperatorWith(tx, id, choices, commandOrigin("operator remove"), Date.now()), made };
+    return { removal: await dropOperatorWith(tx, id, choices, commandOrigin("operator remove"), Date.now(), NO_OPEN_ATTEMPTS), made };
   });
   let unsent: unknown = null;
   // A command serves no /metrics: what it fails unsent is counted by no instance, as crm secrets-key reset's.
-  await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error), () => {});
+  await operatorRemoved(db, removal, chunk, (error) => (unsent ??= error), () => {}, NO_OPEN_ATTEMPTS);
   return { removal, made, unsent };
 }
 

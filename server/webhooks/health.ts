@@ -35,15 +35,25 @@ function unsentReason(subscription: SubscriptionRow | null): string {
 }
 
 /**
+ * OpenAttempts returns the ids of a subscription's deliveries with an attempt open in this process
+ * (DeliveryLoop.openAttemptsOf), not recorded yet: a stop leaves them to their attempts, their
+ * leases run out or not.
+ */
+export type OpenAttempts = (subscriptionId: string) => readonly string[];
+
+/** NO_OPEN_ATTEMPTS is the OpenAttempts of a process that sends nothing (a crm command): another's open attempts are theirs to record (recordAttempt). */
+export const NO_OPEN_ATTEMPTS: OpenAttempts = () => [];
+
+/**
  * failStoppedDeliveries fails the pending deliveries of a deleted or disabled subscription, at most
  * `chunk` per write, once the write that stopped it has committed: nothing claims them meanwhile
  * (claims take active subscriptions only), and the writes of others take their turns between
- * chunks. Those with an attempt under way are left to it (failUnsentDeliveries): one whose instance
- * stopped without ending it is failed by the sweep once its lease has run out. An active subscription (enabled again) has none to fail. Each write's deliveries are told
+ * chunks. Those with an attempt under way are left to it (failUnsentDeliveries), those `openHere`
+ * too: one whose instance stopped without ending it is failed by the sweep once its lease has run out. An active subscription (enabled again) has none to fail. Each write's deliveries are told
  * to `failedUnsent` once it has committed. It ends early when `keepGoing` turns false (a stop); the
  * delivery loop's sweep finishes what a stop or a refused write leaves (failEveryStoppedDelivery).
  */
-export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, failedUnsent: (count: number) => void, keepGoing: () => boolean = () => true): Promise<void> {
+export async function failStoppedDeliveries(db: Database, subscriptionId: string, chunk: number, failedUnsent: (count: number) => void, openHere: OpenAttempts, keepGoing: () => boolean = () => true): Promise<void> {
   // Counted as each write commits, not as the stop found them pending: an attempt may end its
   // delivery in between (failed, the subscription stopped, or succeeded), and counts it.
   let uncommitted = 0;
@@ -56,7 +66,8 @@ export async function failStoppedDeliveries(db: Database, subscriptionId: string
     committed();
     const subscription = await findSubscriptionById(tx, subscriptionId);
     if (subscription?.status === "active") return true;
-    uncommitted = await failUnsentDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk);
+    // Asked at each write: attempts open at the first may have been recorded since, and new ones are not claimed.
+    uncommitted = await failUnsentDeliveries(tx, subscriptionId, unsentReason(subscription), Date.now(), chunk, openHere(subscriptionId));
     return uncommitted < chunk || !keepGoing() ? true : null;
   }, (steps) => `${steps * chunk} of the subscription's pending deliveries were failed (not sent)`);
   committed();
@@ -70,26 +81,26 @@ export class StoppedLookFailed extends Error {
 }
 
 /** failEveryStoppedDelivery finishes the stops whose pending deliveries a stopped process or a refused write left (failStoppedDeliveries); the delivery loop runs it at start and every STOPPED_SWEEP_MS. */
-export async function failEveryStoppedDelivery(db: Database, chunk: number, failedUnsent: (count: number) => void, keepGoing: () => boolean): Promise<void> {
+export async function failEveryStoppedDelivery(db: Database, chunk: number, failedUnsent: (count: number) => void, openHere: OpenAttempts, keepGoing: () => boolean): Promise<void> {
   const stopped = await db.read(findStoppedSubscriptionsWithPending).catch((error: unknown) => {
     throw new StoppedLookFailed(error);
   });
   for (const id of stopped) {
     if (!keepGoing()) return;
-    await failStoppedDeliveries(db, id, chunk, failedUnsent, keepGoing);
+    await failStoppedDeliveries(db, id, chunk, failedUnsent, openHere, keepGoing);
   }
 }
 
 /**
  * disableWithEvent disables an active subscription, counts its pending deliveries that no attempt
- * holds (failed by failStoppedDeliveries once the write has committed; those under way are their
- * attempts' to end, and counted by none) and records a subscription.disabled event
+ * holds (failed by failStoppedDeliveries once the write has committed; those under way, leased or
+ * `openHere`, are their attempts' to end, and counted by none) and records a subscription.disabled event
  * for the subscriptions that want to hear of it, the disable and the event made by `origin` (a
  * request, a command, DELIVERY_LOOP), all in the caller's transaction; it returns the number of pending deliveries the disable fails.
  */
-export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin): Promise<number> {
+export async function disableWithEvent(db: Db, subscription: SubscriptionRow, reason: string, now: number, origin: ChangeOrigin, openHere: OpenAttempts): Promise<number> {
   await disableSubscription(db, subscription.id, reason, now, origin.madeBy);
-  const failed = await countUnsentDeliveriesOf(db, subscription.id, now);
+  const failed = await countUnsentDeliveriesOf(db, subscription.id, now, openHere(subscription.id));
   await recordEvent(
     db,
     "subscription.disabled",
@@ -110,15 +121,15 @@ export async function disableWithEvent(db: Db, subscription: SubscriptionRow, re
 
 /**
  * disableGone disables an active subscription whose receiver answered 410 Gone to delivery
- * `deliveryId`, as disableWithEvent does. The 410 is a failed attempt like any other (the stats
+ * `deliveryId`, as disableWithEvent does (`openHere` alike). The 410 is a failed attempt like any other (the stats
  * count it so), so it begins the failing streak when none runs: failing_since, on the
  * subscription and in the event, says since when its attempts fail.
  */
-export async function disableGone(db: Db, subscription: SubscriptionRow, deliveryId: string, now: number): Promise<number> {
+export async function disableGone(db: Db, subscription: SubscriptionRow, deliveryId: string, now: number, openHere: OpenAttempts): Promise<number> {
   if (subscription.failing_since === null) await markSubscriptionFailing(db, subscription.id, now);
   const failing = { ...subscription, failing_since: subscription.failing_since ?? now };
   // The delivery loop's own: a manual attempt's 410 disables too, but its receiver's answer did, not the request.
-  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, DELIVERY_LOOP);
+  return disableWithEvent(db, failing, `${GONE_REASON} ${deliveryId}`, now, DELIVERY_LOOP, openHere);
 }
 
 /** isOperational tells whether an event kind is one of ours about webhooks themselves (never reported on again). */
@@ -159,17 +170,17 @@ export interface StreakDisable {
  * trackFailingStreak, after a failed attempt, notes when the subscription's attempts started
  * failing (any success clears it: markSubscriptionsHealthy) and disables it, with a reason, once
  * every attempt for `disableAfterHours` has failed (0: never; the streak is still noted for the
- * API and the console). `subscription` is the row as read before this attempt. It returns the
+ * API and the console; `openHere` as disableWithEvent's). `subscription` is the row as read before this attempt. It returns the
  * disable, or null without one: log it (logStreakDisable) once the write has committed.
  */
-export async function trackFailingStreak(db: Db, disableAfterHours: number, subscription: SubscriptionRow, now: number): Promise<StreakDisable | null> {
+export async function trackFailingStreak(db: Db, disableAfterHours: number, subscription: SubscriptionRow, now: number, openHere: OpenAttempts): Promise<StreakDisable | null> {
   if (subscription.failing_since === null) {
     await markSubscriptionFailing(db, subscription.id, now);
     return null;
   }
   if (subscription.status !== "active" || disableAfterHours === 0 || now - subscription.failing_since < disableAfterHours * HOUR_MS) return null;
   const reason = `every attempt failed since ${toTimestamp(subscription.failing_since)}, for ${duration(now - subscription.failing_since)} (the limit is ${duration(disableAfterHours * HOUR_MS)}); enable it once the receiver works again`;
-  const pendingFailed = await disableWithEvent(db, subscription, reason, now, DELIVERY_LOOP);
+  const pendingFailed = await disableWithEvent(db, subscription, reason, now, DELIVERY_LOOP, openHere);
   return { subscription, failingSince: subscription.failing_since, pendingFailed };
 }
 

@@ -31,7 +31,7 @@ import { SECRET_PREFIX } from "./delivery.ts";
 import { findStoredKey, hasSecretsKey, isDatabaseSecretsKey, isSealed, maskStoredSecret, isKeyReplaced, recordReplacedSecretsKey, sealInWrite, secretsKeyReplaced, SecretUnreadable, type SecretBox } from "./secrets.ts";
 import { subscriptionStats } from "./stats.ts";
 import { recordPing } from "./outbox.ts";
-import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON } from "./health.ts";
+import { disableWithEvent, failStoppedDeliveries, MAKER_REMOVED_REASON, NO_OPEN_ATTEMPTS, type OpenAttempts } from "./health.ts";
 import {
   countDeliveries,
   countFailedDeliveriesBetween,
@@ -330,7 +330,7 @@ export async function deleteSubscription(rt: Runtime, id: string): Promise<void>
  */
 export async function subscriptionRemoved(rt: Runtime, id: string): Promise<void> {
   rt.deliveries.subscriptionDeleted(id);
-  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed).catch((error: unknown) => rt.deliveries.unsentRefused(error));
+  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed, rt.deliveries.openAttemptsOf).catch((error: unknown) => rt.deliveries.unsentRefused(error));
 }
 
 /** DisabledWithMaker is a subscription disabled with the removal of the operator who made it, and how many of its pending deliveries that fails. */
@@ -342,10 +342,10 @@ export interface DisabledWithMaker {
 /**
  * disableSubscriptionsMadeBy disables, inside the caller's write (the operator's removal), every
  * active subscription operator `operatorId` made or that was created with an API token they made, each with
- * its disable and subscription.disabled event made by `origin` (the console's request, or `crm operator remove`); call subscriptionsDisabled with
- * what it returns once the write has committed. Enable brings one back.
+ * its disable and subscription.disabled event made by `origin` (the console's request, or `crm operator remove`), counting none of
+ * the deliveries `openHere`; call subscriptionsDisabled with what it returns once the write has committed. Enable brings one back.
  */
-export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, origin: ChangeOrigin, now: number): Promise<DisabledWithMaker[]> {
+export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, origin: ChangeOrigin, now: number, openHere: OpenAttempts): Promise<DisabledWithMaker[]> {
   const disabled: DisabledWithMaker[] = [];
   for (const row of await listSubscriptionsMadeBy(tx, operatorId)) {
     if (row.status !== "active") continue;
@@ -353,15 +353,15 @@ export async function disableSubscriptionsMadeBy(tx: Db, operatorId: string, ori
     // Named by no one: every API token reads the reason, and receivers outside get it in
     // subscription.disabled; the console's "Made by" says who, to operators only.
     const reason = `${MAKER_REMOVED_REASON} ${made} was removed from the console; enable it if it is still wanted`;
-    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, origin) });
+    disabled.push({ id: row.id, pending: await disableWithEvent(tx, row, reason, now, origin, openHere) });
   }
   return disabled;
 }
 
-/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write, telling `failedUnsent` how many each write failed; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
-export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void, failedUnsent: (count: number) => void): Promise<void> {
+/** subscriptionsDisabled fails, once the write that disabled them has committed, the pending deliveries of the subscriptions disableSubscriptionsMadeBy disabled, `chunk` per write, telling `failedUnsent` how many each write failed, leaving those `openHere` to their attempts; a refused write goes to `refused`, and is left to the delivery loop's sweep. */
+export async function subscriptionsDisabled(db: Database, disabled: readonly DisabledWithMaker[], chunk: number, refused: (error: unknown) => void, failedUnsent: (count: number) => void, openHere: OpenAttempts): Promise<void> {
   for (const { id, pending } of disabled) {
-    if (pending > 0) await failStoppedDeliveries(db, id, chunk, failedUnsent).catch(refused);
+    if (pending > 0) await failStoppedDeliveries(db, id, chunk, failedUnsent, openHere).catch(refused);
   }
 }
 
@@ -477,7 +477,7 @@ export async function rotateSecretsKey(db: Database, current: SecretBox, next: S
 export async function failResetDeliveries(db: Database, subscriptions: ResetSubscription[], batchRows: number): Promise<void> {
   // A command's process serves no /metrics: what it fails is counted by no instance's.
   const uncounted = () => undefined;
-  for (const subscription of subscriptions) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows, uncounted);
+  for (const subscription of subscriptions) if (subscription.pending > 0) await failStoppedDeliveries(db, subscription.id, batchRows, uncounted, NO_OPEN_ATTEMPTS);
 }
 
 /**
@@ -491,7 +491,7 @@ export async function failResetDeliveries(db: Database, subscriptions: ResetSubs
 export async function enableSubscription(rt: Runtime, id: string, idempotency: IdempotencyScope | null, by: ChangeMaker | null): Promise<Subscription> {
   // A disable whose process stopped before it had failed every pending delivery is finished first:
   // enabled, the subscription would send them.
-  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed);
+  await failStoppedDeliveries(rt.db, id, rt.batchRows, rt.metrics.observePendingDeliveriesFailed, rt.deliveries.openAttemptsOf);
   const { subscription, enabled } = await rt.db.write(async (tx) => {
     const now = Date.now();
     const row = await findSubscriptionById(tx, id);

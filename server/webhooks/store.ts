@@ -569,29 +569,35 @@ export async function holdSubscription(db: Db, id: string, until: number): Promi
 const heldClause = "(s.held_until IS NOT NULL AND s.held_until > ? AND s.held_until <= ?)";
 const heldParameters = (now: number) => [now, now + RETRY_AFTER_CAP_MS];
 
-/** countUnsentDeliveriesOf counts the pending deliveries of a subscription that no attempt holds at `now` (unleasedClause): those failUnsentDeliveries fails. */
-export async function countUnsentDeliveriesOf(db: Db, subscriptionId: string, now: number): Promise<number> {
-  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause}`, [subscriptionId, now]))!.n;
+/**
+ * countUnsentDeliveriesOf counts the pending deliveries of a subscription that no attempt holds at
+ * `now` (unsentClause), none of `openHere`: those failUnsentDeliveries fails.
+ */
+export async function countUnsentDeliveriesOf(db: Db, subscriptionId: string, now: number, openHere: readonly string[]): Promise<number> {
+  return (await db.get<{ n: number }>(`SELECT count(*) AS n FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unsentClause(openHere)}`, [subscriptionId, now, ...openHere]))!.n;
 }
 
 /**
- * unleasedClause is the condition of a delivery no attempt holds at its one parameter, now: its
- * lease, if any, has run out (its instance stopped without recording the attempt).
+ * unsentClause is the condition of a delivery no attempt holds at its first parameter, now: its
+ * lease, if any, has run out (its instance stopped without recording the attempt), and it is none
+ * of `openHere`, the following parameters: the deliveries with an attempt open on this instance,
+ * whose leases a wall clock stepped forward (or a recording write held up past the lease's margin)
+ * may have run out while their requests wait for an answer.
  */
-const unleasedClause = "(locked_until IS NULL OR locked_until <= ?)";
+const unsentClause = (openHere: readonly string[]) => `(locked_until IS NULL OR locked_until <= ?)${openHere.length === 0 ? "" : ` AND id NOT IN (${placeholders(openHere.length)})`}`;
 
 /**
  * failUnsentDeliveries ends at most `limit` pending deliveries of a subscription with the given
- * reason, those no attempt holds at `now` (unleasedClause), and returns how many: fewer than `limit`
- * leaves none but those. A delivery with an attempt under way is left to it: the attempt ends it,
- * succeeded or failed, as the receiver answers (failed here, it would be counted failed unsent, then
- * end succeeded).
+ * reason, those no attempt holds at `now`, none of `openHere` (unsentClause), and returns how many:
+ * fewer than `limit` leaves none but those. A delivery with an attempt under way is left to it: the
+ * attempt ends it, succeeded or failed, as the receiver answers (failed here, it would be counted
+ * failed unsent, then answered 2xx).
  */
-export function failUnsentDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number): Promise<number> {
+export function failUnsentDeliveries(db: Db, subscriptionId: string, reason: string, now: number, limit: number, openHere: readonly string[]): Promise<number> {
   return db.run(
     `UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ?, updated_at = ?
-     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unleasedClause} LIMIT ?)`,
-    [reason, now, subscriptionId, now, limit],
+     WHERE id IN (SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND status = 'pending' AND ${unsentClause(openHere)} LIMIT ?)`,
+    [reason, now, subscriptionId, now, ...openHere, limit],
   );
 }
 

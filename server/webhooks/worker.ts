@@ -7,7 +7,7 @@ import { settlesWithin, toTimestamp } from "../shared/time.ts";
 import { AttemptInterrupted, sendAttempt, signingSecrets, type AttemptResult } from "./delivery.ts";
 import { SecretUnreadable, type SecretBox } from "./secrets.ts";
 import type { Network } from "./targets.ts";
-import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, StoppedLookFailed, trackFailingStreak, type StreakDisable } from "./health.ts";
+import { disableGone, failEveryStoppedDelivery, failStoppedDeliveries, logStreakDisable, recordExhausted, StoppedLookFailed, trackFailingStreak, type OpenAttempts, type StreakDisable } from "./health.ts";
 import { ReceiverCaps } from "./receiver-caps.ts";
 import { addAttemptStats } from "./stats.ts";
 import {
@@ -273,6 +273,8 @@ interface InFlight {
   abandoned: boolean;
   /** performance.now() when it was dispatched: its request ends by the delivery timeout after it */
   startedAt: number;
+  /** set once the write that recorded its outcome has committed: a stop may then fail its delivery, pending again for its next retry */
+  recorded: boolean;
 }
 
 /**
@@ -313,7 +315,8 @@ const LOCAL_FAULT_LOG_INTERVAL_MS = 60_000;
 const succeeded = (result: AttemptResult) => result.error === null && result.response_status !== null && result.response_status >= 200 && result.response_status < 300;
 
 /**
- * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds; 410 disables the
+ * recordAttempt stores an attempt and the delivery's next state: 2xx succeeds (a scheduled attempt's
+ * delivery failed meanwhile, by a stop or an erasure, stays failed, saying so); 410 disables the
  * subscription and fails its pending deliveries; otherwise a pending delivery is rescheduled
  * until the schedule runs out (then delivery.exhausted is recorded). A manual attempt on a
  * finished delivery decides its status alone. A 429 or 503 with Retry-After holds the subscription
@@ -321,7 +324,7 @@ const succeeded = (result: AttemptResult) => result.error === null && result.res
  * date, and a streak longer than the limit disables it. An attempt whose lease was taken over
  * before it was recorded is stored and counted, and decides nothing else (late).
  */
-async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>): Promise<RecordedAttempt | null> {
+async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: AttemptResult, trigger: Trigger, now: number, healthy: Set<string>, openHere: OpenAttempts): Promise<RecordedAttempt | null> {
   const current = await findStoredDelivery(db, due.id);
   if (!current) return null;
   if (result.local_fault !== null && current.locked_until === due.locked_until) {
@@ -358,6 +361,7 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   }
   let status: DeliveryRow["status"] = "succeeded";
   let next: number | null = null;
+  let lastError = result.error;
   // Read only after a failure: a success needs nothing of it, and it is most attempts. A success
   // ends the failing streak whenever it began: one begun after this delivery was claimed (an
   // attempt sent beside it failed first) too, or a burst answered 500 then 200 x 9 would leave the
@@ -367,6 +371,14 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   let subscription: SubscriptionRow | null = null;
   if (succeeded(result)) {
     healthy.add(due.subscription_id);
+    // A scheduled attempt claims a pending delivery only: found failed, it was ended while the
+    // attempt was under way by a write that counted it failed (a stop on an instance that knew
+    // nothing of the attempt, in subscription.disabled's pending_deliveries_failed too; an
+    // erasure, in its answer). It stays failed as counted, and says that the receiver has it.
+    if (trigger === "scheduled" && current.status === "failed") {
+      status = "failed";
+      lastError = `${current.last_error ?? "failed while the attempt was under way"}; an attempt under way then was answered ${result.response_status} afterwards: the receiver has it`;
+    }
   } else {
     // A delivery the receiver has had stays succeeded when a manual attempt of it fails: failed
     // would list it among the failures to recover, and a recovery would send it again.
@@ -393,7 +405,7 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
     }
   }
   const recovered_at = status === "pending" && trigger === "manual" ? current.recovered_at : null;
-  const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: result.error, recovered_at, updated_at: now };
+  const row = { ...current, status, attempts: attempt, next_attempt_at: next, locked_until: null, last_response_status: result.response_status, last_error: lastError, recovered_at, updated_at: now };
   await updateDeliveryAfterAttempt(db, row);
   const hold = heldBy(result);
   if (hold !== null && subscription?.status === "active") await holdSubscription(db, due.subscription_id, now + hold);
@@ -402,9 +414,9 @@ async function recordAttempt(db: Db, config: Config, due: DueDelivery, result: A
   let pendingFailed = 0;
   let streakDisable: StreakDisable | null = null;
   if (result.response_status === 410 && subscription?.status === "active") {
-    pendingFailed = await disableGone(db, subscription, due.id, now);
+    pendingFailed = await disableGone(db, subscription, due.id, now, openHere);
   } else if (subscription) {
-    streakDisable = await trackFailingStreak(db, config.disableFailingAfterHours, subscription, now);
+    streakDisable = await trackFailingStreak(db, config.disableFailingAfterHours, subscription, now, openHere);
     pendingFailed = streakDisable?.pendingFailed ?? 0;
   }
   return { delivery: row, previousStatus: current.status, late: false, pendingFailed, streakDisable };
@@ -563,7 +575,7 @@ export class DeliveryLoop {
   private sweepStopped(): void {
     if (this.sweeping) return;
     this.sweeping = true;
-    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, this.deps.failedUnsent, keepGoing), () => (this.sweeping = false));
+    this.failUnsent((keepGoing) => failEveryStoppedDelivery(this.deps.db, this.deps.batchRows, this.deps.failedUnsent, this.openAttemptsOf, keepGoing), () => (this.sweeping = false));
   }
 
   /**
@@ -973,7 +985,7 @@ export class DeliveryLoop {
       }
       this.wake();
     };
-    const attempt = { due, trigger, controller, abandoned: false, startedAt: performance.now() } as InFlight;
+    const attempt = { due, trigger, controller, abandoned: false, recorded: false, startedAt: performance.now() } as InFlight;
     attempt.done = (async () => {
       const result = await sendAttempt({
         deliveryId: due.id,
@@ -1003,11 +1015,12 @@ export class DeliveryLoop {
       releaseReceiverSlot();
       if (attempt.abandoned) return;
       const recorded = await this.record({ due, result, trigger, inRecordWrite });
+      attempt.recorded = true;
       if (!recorded) return;
       // Not an attempt: nothing reached the receiver, so nothing is counted or logged as one.
       if (result.local_fault !== null) return this.noteLocalFault(result.local_fault);
       if (recorded.streakDisable) logStreakDisable(log, config.disableFailingAfterHours, recorded.streakDisable);
-      if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, this.deps.failedUnsent, keepGoing));
+      if (recorded.pendingFailed > 0) this.failUnsent((keepGoing) => failStoppedDeliveries(this.deps.db, due.subscription_id, this.deps.batchRows, this.deps.failedUnsent, this.openAttemptsOf, keepGoing));
       const outcome: DeliveryOutcome = {
         delivery_id: due.id,
         subscription_id: due.subscription_id,
@@ -1108,8 +1121,13 @@ export class DeliveryLoop {
     const now = this.now();
     const rows: (RecordedAttempt | null)[] = [];
     const healthy = new Set<string>();
+    // Recorded in this write, each before its disable counts: a delivery pending again for its
+    // next retry is the disable's to fail (and count), not an attempt's any more.
+    const recordedHere = new Set<string>();
+    const openHere: OpenAttempts = (subscriptionId) => this.openAttemptsOf(subscriptionId).filter((id) => !recordedHere.has(id));
     for (const a of attempts) {
-      rows.push(await recordAttempt(tx, this.deps.config, a.due, a.result, a.trigger, now, healthy));
+      recordedHere.add(a.due.id);
+      rows.push(await recordAttempt(tx, this.deps.config, a.due, a.result, a.trigger, now, healthy, openHere));
       await a.inRecordWrite?.(tx);
     }
     if (healthy.size > 0) await markSubscriptionsHealthy(tx, [...healthy]);
@@ -1201,6 +1219,14 @@ export class DeliveryLoop {
     }
     return ids;
   }
+
+  /**
+   * openAttemptsOf returns the ids of a subscription's deliveries with an attempt open here whose
+   * outcome is not recorded yet (given up by a stop: recorded never): a stop fails them neither
+   * unsent nor counts them, though their leases may have run out (a wall clock stepped forward, a
+   * recording write held up), as their attempts end them, and a 2xx would find them failed.
+   */
+  readonly openAttemptsOf: OpenAttempts = (subscriptionId) => [...this.inFlight].filter((a) => a.due.subscription_id === subscriptionId && !a.recorded && !a.abandoned).map((a) => a.due.id);
 
   /**
    * attemptsUnderWay counts a subscription's attempts under way, in the caller's write: the leases

@@ -126,11 +126,11 @@ describe("auto-disable: happy paths", () => {
     const sub = await h.subscribe(scope.receiver().url, ["contact.created"]);
     const now = Date.now();
     await h.rt.db.write((tx) => markSubscriptionFailing(tx, sub.id, now - 3 * HOUR_MS));
-    await h.rt.db.write(async (tx) => disableGone(tx, (await findSubscriptionById(tx, sub.id))!, "wd_gone", now));
+    await h.rt.db.write(async (tx) => disableGone(tx, (await findSubscriptionById(tx, sub.id))!, "wd_gone", now, h.rt.deliveries.openAttemptsOf));
     const disabled = await getSubscription(sub.id);
     expect(disabled).toMatchObject({ status: "disabled", disabled_reason: "the receiver answered 410 Gone to delivery wd_gone" });
     // recordAttempt reads the subscription again for the attempt that ends after the disable.
-    expect(await h.rt.db.write(async (tx) => trackFailingStreak(tx, 2, (await findSubscriptionById(tx, sub.id))!, now + 1000))).toBeNull();
+    expect(await h.rt.db.write(async (tx) => trackFailingStreak(tx, 2, (await findSubscriptionById(tx, sub.id))!, now + 1000, h.rt.deliveries.openAttemptsOf))).toBeNull();
     expect(await getSubscription(sub.id)).toEqual(disabled);
     expect(await h.rt.db.all("SELECT type FROM events WHERE type = 'subscription.disabled'")).toEqual([{ type: "subscription.disabled" }]);
   });

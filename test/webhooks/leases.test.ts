@@ -4,7 +4,7 @@ import { createLogger } from "../../server/shared/log.ts";
 import { ISO } from "../foundation/support.ts";
 import { postgresOnly } from "../support/backend.ts";
 import { parseExposition } from "../ops/prometheus.ts";
-import { waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
+import { addStoredDeliveries, waitFor, webhookTestScope, type WebhookHarness } from "./support.ts";
 
 const scope = webhookTestScope();
 let h: WebhookHarness;
@@ -34,6 +34,17 @@ async function heldAttempt() {
 /** takeOverLease does what another claim does once a lease has run out: it leases the delivery until `until`. */
 async function takeOverLease(id: string, until: number): Promise<void> {
   await h.rt.db.write((tx) => tx.run("UPDATE webhook_deliveries SET locked_until = ? WHERE id = ?", [until, id]));
+}
+
+/**
+ * leaseRunOut makes a delivery's lease read as run out, as a wall clock stepped forward past it
+ * would, by writing a time passed; it returns how to put the lease back as it was, which a real
+ * step leaves alone, so that the attempt open is recorded as the holder of its lease.
+ */
+async function leaseRunOut(id: string): Promise<() => Promise<void>> {
+  const { locked_until } = await stored(id);
+  await takeOverLease(id, Date.now() - 1);
+  return () => takeOverLease(id, locked_until!);
 }
 
 describe("webhook leases: an attempt that outlived its lease", () => {
@@ -89,17 +100,6 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     ]);
   });
 
-  /**
-   * leaseRunOut makes a delivery's lease read as run out, as a wall clock stepped forward past it
-   * would, by writing a time passed; it returns how to put the lease back as it was, which a real
-   * step leaves alone, so that the attempt open is recorded as the holder of its lease.
-   */
-  async function leaseRunOut(id: string): Promise<() => Promise<void>> {
-    const { locked_until } = await stored(id);
-    await takeOverLease(id, Date.now() - 1);
-    return () => takeOverLease(id, locked_until!);
-  }
-
   test("a lease run out while its attempt is still open here (a clock stepped forward past it) is not claimed again here: the delivery is sent once", async () => {
     h = await scope.harness();
     const { r, delivery } = await heldAttempt();
@@ -154,6 +154,107 @@ describe("webhook leases: an attempt that outlived its lease", () => {
     const { delivery } = await heldAttempt();
     await h.rt.deliveries.stop(0);
     expect(await stored(delivery.id)).toEqual({ status: "pending", attempts: 0, locked_until: null });
+  });
+});
+
+describe("webhook leases: a stopped subscription's delivery whose attempt is open here, its lease run out (a clock stepped forward past it)", () => {
+  const DISABLED_UNSENT = "not sent: the subscription was disabled after its attempts failed for too long";
+
+  /** deliveryOf returns the id of the delivery of the contact named `first_name`. */
+  async function deliveryOf(first_name: string): Promise<string> {
+    for (const listed of await h.deliveries()) if ((await h.delivery(listed.id)).payload.data.first_name === first_name) return listed.id;
+    throw new Error(`no delivery of ${first_name}`);
+  }
+
+  /** storedUnsent stores a pending delivery of the subscription, due in an hour: no attempt holds it, so a stop fails it unsent; it returns its id. */
+  async function storedUnsent(subscriptionId: string): Promise<string> {
+    await h.rt.db.write((tx) => addStoredDeliveries(tx, subscriptionId, Date.now() + 3_600_000, "pending"));
+    return (await h.rt.db.get<{ id: string }>("SELECT id FROM webhook_deliveries WHERE subscription_id = ? AND attempts = 0 AND locked_until IS NULL", [subscriptionId]))!.id;
+  }
+
+  /** disableStored disables a subscription as a disable another instance (or a stopped process) committed would: its pending deliveries are left to a sweep or an enable. */
+  async function disableStored(subscriptionId: string): Promise<void> {
+    await h.rt.db.write((tx) => tx.run("UPDATE webhook_subscriptions SET status = 'disabled', disabled_at = ?, disabled_reason = 'every attempt failed for too long' WHERE id = ?", [Date.now(), subscriptionId]));
+  }
+
+  test("a 410 of another delivery disables the subscription: its event counts the delivery unsent, not the one open here, which its attempt ends succeeded", async () => {
+    h = await scope.harness();
+    const r = scope.receiver();
+    const answer = Promise.withResolvers<void>();
+    r.respond(async (request) => (request.json.data.first_name === "Ada" ? answer.promise.then(() => new Response("ok")) : new Response("gone", { status: 410 })));
+    const sub = await h.subscribe(r.url, ["contact.created"]);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Ada" } })).status).toBe(201);
+    await waitFor(() => r.received.length === 1, "Ada's attempt at the receiver");
+    const ada = await deliveryOf("Ada");
+    const leaseAsItWas = await leaseRunOut(ada);
+    const unsent = await storedUnsent(sub.id);
+    expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Grace" } })).status).toBe(201);
+    // Failed unsent once the disable has committed, in the write that would fail Ada's too.
+    await waitFor(async () => (await stored(unsent)).status === "failed", "the stored delivery to be failed unsent");
+    expect(await stored(ada)).toEqual({ status: "pending", attempts: 0, locked_until: expect.any(Number) });
+    const [disabled] = await h.rt.db.all<{ payload: string }>("SELECT payload FROM events WHERE type = 'subscription.disabled'");
+    expect(JSON.parse(disabled!.payload).data.pending_deliveries_failed).toBe(1);
+
+    await leaseAsItWas();
+    answer.resolve();
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "Ada's attempt to end");
+    expect(await stored(ada)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
+    const metrics = parseExposition(await metricsText(h.rt));
+    expect([metrics.value("crm_webhook_deliveries_total", { status: "succeeded" }), metrics.value("crm_webhook_deliveries_total", { status: "failed" })]).toEqual([1, 2]);
+  });
+
+  /** openAttemptOfStopped opens an attempt held at the receiver, runs its lease out, stores a delivery no attempt holds and disables the subscription; it returns both deliveries, how to put the lease back, and how to answer the attempt. */
+  async function openAttemptOfStopped() {
+    const { r, delivery } = await heldAttempt();
+    const leaseAsItWas = await leaseRunOut(delivery.id);
+    const unsent = await storedUnsent(delivery.subscription_id);
+    await disableStored(delivery.subscription_id);
+    return { r, open: delivery.id, unsent, subscriptionId: delivery.subscription_id, leaseAsItWas };
+  }
+
+  /** answeredAsHolder puts the open attempt's lease back, as a real step leaves it, lets the receiver answer 200, and sees the delivery end succeeded. */
+  async function answeredAsHolder(r: ReturnType<typeof scope.receiver>, open: string, leaseAsItWas: () => Promise<void>): Promise<void> {
+    await leaseAsItWas();
+    r.release();
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempt to end");
+    expect(await stored(open)).toEqual({ status: "succeeded", attempts: 1, locked_until: null });
+  }
+
+  test("the sweep of stopped subscriptions fails the delivery no attempt holds, not the one open here, which its attempt ends", async () => {
+    h = await scope.harness({}, { stoppedSweepMs: 50 });
+    const { r, open, unsent, leaseAsItWas } = await openAttemptOfStopped();
+    await waitFor(async () => (await stored(unsent)).status === "failed", "the sweep to fail the stored delivery");
+    expect(await stored(open)).toEqual({ status: "pending", attempts: 0, locked_until: expect.any(Number) });
+    await answeredAsHolder(r, open, leaseAsItWas);
+  });
+
+  test("an enable fails first the delivery no attempt holds, not the one open here", async () => {
+    h = await scope.harness();
+    const { r, open, unsent, subscriptionId, leaseAsItWas } = await openAttemptOfStopped();
+    expect((await h.json("POST", `/public/v1/webhook-subscriptions/${subscriptionId}/enable`)).status).toBe(200);
+    expect([(await stored(unsent)).status, (await stored(open)).status]).toEqual(["failed", "pending"]);
+    await answeredAsHolder(r, open, leaseAsItWas);
+  });
+
+  test("a 2xx for a delivery a stop failed unsent meanwhile (another instance's, which knew nothing of the attempt) is recorded, and the delivery stays failed, saying so", async () => {
+    h = await scope.harness();
+    const { r, delivery } = await heldAttempt();
+    await disableStored(delivery.subscription_id);
+    // What another instance's sweep writes: it cannot know of an attempt open here.
+    await h.rt.db.write((tx) => tx.run("UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL, last_error = ? WHERE id = ?", [DISABLED_UNSENT, delivery.id]));
+    r.release();
+    await waitFor(() => h.rt.deliveries.inFlightCount === 0, "the attempt to end");
+    const detail = await h.delivery(delivery.id);
+    expect([detail.status, detail.attempts, detail.last_response_status, detail.last_error, detail.attempt_history.map((a: any) => [a.response_status, a.error])]).toEqual([
+      "failed",
+      1,
+      200,
+      `${DISABLED_UNSENT}; an attempt under way then was answered 200 afterwards: the receiver has it`,
+      [[200, null]],
+    ]);
+    expect(await stored(delivery.id)).toEqual({ status: "failed", attempts: 1, locked_until: null });
+    const metrics = parseExposition(await metricsText(h.rt));
+    expect([metrics.value("crm_webhook_delivery_attempts_total", { result: "succeeded" }), metrics.value("crm_webhook_deliveries_total", { status: "succeeded" })]).toEqual([1, 0]);
   });
 });
 
