@@ -6,7 +6,7 @@ import { pointerSegment } from "../limits/service.ts";
 import { problem, problemResponse, ProblemError, validationProblem } from "../shared/problem.ts";
 import { parseJsonBody } from "./body.ts";
 import { isBrowserRequest } from "./client-address.ts";
-import { DatabaseFaultLog, errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
+import { RefusalLog, errorToProblem, methodNotAllowed, requestProblemOf, routePatternServing, staticPathMethods, type RouteEntry } from "./errors.ts";
 import { repeatedParameterErrors } from "./list-query.ts";
 import { requestSlot } from "./request-slot.ts";
 import { isOpsPath, noteProblem, pathOf, problemOf, requestFinisher, requestIdOf, routedPath, startRequest } from "./request-log.ts";
@@ -85,7 +85,7 @@ function methodsWith(routes: RouteEntry[], schema: "query" | "body"): Map<string
 export function httpConventions({ log, routes, metrics, bodyTimeoutMs, idleTimeoutSeconds, draining, listening, metricsToken, unexpectedFailure, tablesHome, databaseUrlFrom }: ConventionOptions) {
   // A response returned from onRequest skips Elysia's afterResponse hooks, so both paths call this.
   const finished = requestFinisher(log, metrics);
-  const faults = new DatabaseFaultLog(tablesHome, databaseUrlFrom);
+  const faults = new RefusalLog(tablesHome, databaseUrlFrom);
   const capacityLines = new SpacedLines<string>();
   // The route table is complete before the first request; read once, on that request.
   let routeTable: RouteEntry[] | undefined;

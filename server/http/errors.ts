@@ -221,12 +221,46 @@ const DATABASE_FAULT_LOGS: Record<DatabaseFault, (home: string, urlFrom: string)
 const SPACED_FAILURES = new Set<DatabaseFailure>(["unavailable", "storage-full", "storage-read-only"]);
 
 /**
- * DatabaseFaultLog logs the requests refused for a DatabaseFault or one of SPACED_FAILURES: one line
- * when it is first met, then at most one a minute while it goes on, counting the refusals left
- * unlogged in between. Each cause has its own line (causeOf), so a new one is logged at once: a
- * server that comes back read-only after a failover is not hidden behind the minute of its restart.
+ * DESCRIPTOR_CODES are the codes of a request's failure for want of a file descriptor: none free
+ * under the process's open-file limit (EMFILE) or the system's (ENFILE). The request is not at
+ * fault: this server is at capacity, as with a full connection limit, until descriptors are freed.
  */
-export class DatabaseFaultLog {
+const DESCRIPTOR_CODES = new Set(["EMFILE", "ENFILE"]);
+
+/** DESCRIPTORS_RETRY_AFTER_SECONDS is the Retry-After of a request refused for want of a descriptor: connections and webhook attempts end within seconds and free theirs (the delivery loop waits as long). */
+const DESCRIPTORS_RETRY_AFTER_SECONDS = 5;
+
+/** descriptorShortageOf is the error that says a request failed for want of a file descriptor (its code, or its cause's, one of DESCRIPTOR_CODES), or null. */
+function descriptorShortageOf(error: unknown): Error | null {
+  for (const candidate of [error, (error as Error | null)?.cause]) {
+    const code = errorCode(candidate);
+    if (code !== undefined && DESCRIPTOR_CODES.has(code)) return candidate as Error;
+  }
+  return null;
+}
+
+/** outOfDescriptors is the 503 of a request refused for want of a file descriptor, `code` naming whose limit was reached. */
+function outOfDescriptors(code: string): ProblemError {
+  const limit = code === "ENFILE" ? "the system's open-file limit" : "its open-file limit";
+  return new ProblemError(
+    503,
+    "out-of-descriptors",
+    `The server has no free file descriptor just now (${code}: ${limit} is reached), so it could not serve this request. Retry shortly; a change retried with the same Idempotency-Key is made once.`,
+    undefined,
+    { "retry-after": String(DESCRIPTORS_RETRY_AFTER_SECONDS) },
+  );
+}
+
+/** SpacedRefusal is a condition every request meets while it lasts, logged by RefusalLog: a DatabaseFault, one of SPACED_FAILURES, or no free file descriptor. */
+type SpacedRefusal = DatabaseFault | DatabaseFailure | "out-of-descriptors";
+
+/**
+ * RefusalLog logs the requests refused for a SpacedRefusal: one line when it is first met, then at
+ * most one a minute while it goes on, counting the refusals left unlogged in between. Each cause
+ * has its own line (causeOf), so a new one is logged at once: a server that comes back read-only
+ * after a failover is not hidden behind the minute of its restart.
+ */
+export class RefusalLog {
   private readonly lines = new SpacedLines<string>();
 
   /** home names the database and schema of the service's tables (tablesHomeOf); urlFrom where the database URL was given (DatabaseUrlFrom's named) */
@@ -236,10 +270,15 @@ export class DatabaseFaultLog {
   ) {}
 
   /** refused logs, unless a line about `kind` and its cause was written within the minute, the refusal of one request. */
-  refused(log: Logger, kind: DatabaseFault | DatabaseFailure, error: unknown, request: { request_id: string; method: string; path: string }): void {
+  refused(log: Logger, kind: SpacedRefusal, error: unknown, request: { request_id: string; method: string; path: string }): void {
     const unlogged = this.lines.occurred(`${kind} ${causeOf(error)}`, performance.now());
     if (unlogged === undefined) return;
-    const line = kind in DATABASE_FAULT_LOGS ? DATABASE_FAULT_LOGS[kind as DatabaseFault](this.home, this.urlFrom) : DATABASE_FAILURE_LOGS[kind as DatabaseFailure];
+    const line =
+      kind === "out-of-descriptors"
+        ? `requests refused: this server is out of file descriptors (${errorCode(error)}); raise the open-file limit (see Connections in README)`
+        : kind in DATABASE_FAULT_LOGS
+          ? DATABASE_FAULT_LOGS[kind as DatabaseFault](this.home, this.urlFrom)
+          : DATABASE_FAILURE_LOGS[kind as DatabaseFailure];
     if (line) log.error(line, { ...request, error: String(error), ...codeOf(error), ...(unlogged === null ? {} : { refused_since_last_line: unlogged }) });
   }
 }
@@ -258,14 +297,15 @@ function codeOf(error: unknown): { code?: string } {
 /**
  * errorToProblem turns anything a request's handling threw into the problem to answer with:
  * ProblemErrors as they say, request validation as 422 with pointers, an unknown route as 404 or
- * (known path, other method) 405 with Allow, a database that cannot serve it as a logged 503 (a
- * DatabaseFault or a failure every request meets through `faults`, not once per request), and
- * anything unexpected as a logged, opaque 500. A change in steps refused after a step committed
- * (PartlyDone) is answered as the step's error, saying what stays done (`partly`, for its cause).
+ * (known path, other method) 405 with Allow, a database that cannot serve it or no free file
+ * descriptor as a logged 503 (a DatabaseFault, a failure every request meets or the descriptors
+ * through `faults`, not once per request), and anything unexpected as a logged, opaque 500. A
+ * change in steps refused after a step committed (PartlyDone) is answered as the step's error,
+ * saying what stays done (`partly`, for its cause).
  */
 export function errorToProblem(
   { code, error, request, requestId }: { code: unknown; error: unknown; request: Request; requestId: string },
-  { log, routes, faults }: { log: Logger; routes: () => RouteEntry[]; faults: DatabaseFaultLog },
+  { log, routes, faults }: { log: Logger; routes: () => RouteEntry[]; faults: RefusalLog },
   partly = false,
 ): ProblemError {
   if (error instanceof PartlyDone) {
@@ -289,6 +329,11 @@ export function errorToProblem(
     if (fault) faults.refused(log, fault, error, context);
     else if (line) log.error(line, { ...context, error: String(error), ...codeOf(error) });
     return DATABASE_FAILURES[failure](error, partly);
+  }
+  const shortage = descriptorShortageOf(error);
+  if (shortage) {
+    faults.refused(log, "out-of-descriptors", shortage, { request_id: requestId, method: request.method, path: pathOf(request) });
+    return outOfDescriptors(errorCode(shortage)!);
   }
   // A ValidationError here is of a response (requests were handled above): the server's fault.
   const status = !(error instanceof ValidationError) && typeof (error as { status?: unknown }).status === "number" ? (error as { status: number }).status : 500;

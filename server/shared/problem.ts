@@ -98,6 +98,7 @@ export const PROBLEM_TYPES = [
   "slow-lists-busy",
   "manual-attempts-busy",
   "subscription-attempts-busy",
+  "out-of-descriptors",
   "shutting-down",
   "not-ready",
 ] as const;

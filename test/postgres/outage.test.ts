@@ -320,7 +320,7 @@ describe("database down", () => {
     };
     expect(await scrape()).toEqual({ status: 200, up: 1, database: 0, queued: undefined, inFlight: 0 });
     const refusals = () => server.logLines().filter((line) => line.msg === "database unavailable: a request was refused");
-    // Every request meets the outage: the first refusal is logged, the next within the minute only counted (DatabaseFaultLog).
+    // Every request meets the outage: the first refusal is logged, the next within the minute only counted (RefusalLog).
     await waitUntil(() => refusals().length >= 1, "the first refusal logged", server.proc);
     expect(refusals().map((line) => `${line.level} ${line.method} ${line.path}`)).toEqual(["error GET /public/v1/contacts"]);
     expect(server.logLines().filter((line) => line.msg === "unhandled error")).toEqual([]);

@@ -52,4 +52,28 @@ describe("webhook attempts: failures of this machine", () => {
       ],
     });
   });
+
+  test("a subscription created while no descriptor is free is answered 503 out-of-descriptors with Retry-After, not a 500, and logged once a minute, not once a request", async () => {
+    const answer = {
+      status: 503,
+      retry_after: "5",
+      body: {
+        type: "urn:crm:problem:out-of-descriptors",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "The server has no free file descriptor just now (EMFILE: its open-file limit is reached), so it could not serve this request. Retry shortly; a change retried with the same Idempotency-Key is made once.",
+      },
+    };
+    expect(await withoutDescriptors("subscribe-without-descriptors.ts")).toEqual({
+      answers: [answer, answer],
+      logged: [
+        {
+          level: "error",
+          msg: "requests refused: this server is out of file descriptors (EMFILE); raise the open-file limit (see Connections in README)",
+          method: "POST",
+          path: "/public/v1/webhook-subscriptions",
+        },
+      ],
+    });
+  });
 });
