@@ -204,6 +204,8 @@ export interface DeliveryOutcome {
   status: DeliveryRow["status"];
   /** recorded after its lease ran out and another claim took the delivery: the status is that claim's */
   late: boolean;
+  /** not sent: it failed here, before reaching the receiver (AttemptResult.local_fault), and is no attempt */
+  local_fault: boolean;
   response_status: number | null;
   /** what went wrong, in words; null when a complete answer arrived */
   error: string | null;
@@ -972,6 +974,7 @@ export class DeliveryLoop {
         previous_status: recorded.previousStatus,
         status: recorded.delivery.status,
         late: recorded.late,
+        local_fault: result.local_fault,
         response_status: result.response_status,
         error: result.error,
         duration_ms: result.duration_ms,
