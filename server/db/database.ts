@@ -372,6 +372,10 @@ export class SqliteDatabase implements Database {
     return this.groups.waiting();
   }
 
+  committedRecently(withinMs: number): boolean {
+    return this.groups.committedRecently(withinMs);
+  }
+
   /** onCommit registers a callback run after every group commit that changed rows (used to wake the delivery loop). */
   onCommit(callback: () => void): void {
     this.afterCommitCallbacks.push(callback);

@@ -733,6 +733,10 @@ export class PostgresDatabase extends PostgresDb implements Database {
     return this.groups.waiting();
   }
 
+  committedRecently(withinMs: number): boolean {
+    return this.groups.committedRecently(withinMs);
+  }
+
   onCommit(callback: () => void): void {
     this.afterCommitCallbacks.push(callback);
   }

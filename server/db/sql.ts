@@ -97,6 +97,8 @@ export interface Database extends Db {
   readAside<T>(work: (db: Db) => Promise<T>, reader: ReaderName): Promise<T>;
   /** readsAside counts the reads on the read lane, waiting or running; always 0 without one. */
   readsAside(): number;
+  /** committedRecently tells whether a `write` of this process committed a change within `withinMs`, its group refusing none, and none was refused since (WriteGroups). */
+  committedRecently(withinMs: number): boolean;
   /** writesWaiting counts the writes of this process not committed yet: queued for their group, or in the one being committed. */
   writesWaiting(): number;
   /** onCommit registers a callback run after each commit of `write` in this process (wakes the delivery loop). */

@@ -87,6 +87,10 @@ export class WriteGroups {
   private flushing: Promise<void> | null = null;
   private answering = 0;
   private full: StorageFull | null = null;
+  /** when (performance.now) the last group whose writes all succeeded committed a change */
+  private changeCommittedAt = -Infinity;
+  /** when a group last failed, or one of its writes was refused */
+  private refusedAt = -Infinity;
 
   constructor(
     private readonly commitGroup: (take: () => PendingWrite[]) => Promise<CommittedGroup>,
@@ -132,6 +136,16 @@ export class WriteGroups {
     return this.pending.length + this.answering;
   }
 
+  /**
+   * committedRecently tells whether a group whose every write succeeded committed a change within
+   * the last `withinMs`, with no group failed nor write refused since: the database took a write
+   * as a readiness probe's would test it. A refusal for the request's own sake counts too, as the
+   * groups cannot tell it from the database's: it only makes the next probe write.
+   */
+  committedRecently(withinMs: number): boolean {
+    return this.changeCommittedAt > this.refusedAt && performance.now() - this.changeCommittedAt <= withinMs;
+  }
+
   /** drain commits everything submitted so far, and what is submitted meanwhile. */
   async drain(): Promise<void> {
     while (this.flushing || this.pending.length > 0) await this.flush();
@@ -162,7 +176,8 @@ export class WriteGroups {
     try {
       group = await this.commitGroup(take);
     } catch (error) {
-      if (isStorageFull(error)) this.full = { error, at: performance.now() };
+      this.refusedAt = performance.now();
+      if (isStorageFull(error)) this.full = { error, at: this.refusedAt };
       // A transaction that failed before it took its writes (it could not begin) fails those waiting.
       for (const item of batch ?? take()) item.reject(error);
       return;
@@ -172,6 +187,8 @@ export class WriteGroups {
     const refused = group.outcomes.find((outcome) => !outcome.ok && isStorageFull(outcome.value));
     if (refused) this.full = { error: refused.value, at: performance.now() };
     else if (group.changed) this.full = null;
+    if (group.outcomes.some((outcome) => !outcome.ok)) this.refusedAt = performance.now();
+    else if (group.changed) this.changeCommittedAt = performance.now();
     const taken: PendingWrite[] = batch ?? [];
     const left = taken.slice(group.outcomes.length);
     if (left.length > 0) {

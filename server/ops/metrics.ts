@@ -138,7 +138,7 @@ export class Metrics {
   /** the series of each method, status, route and bucket seen, by `${method} ${status} ${route} ${bucket}` (routes are patterns and buckets three names: a bounded set) */
   private readonly requestSeries = new Map<string, { count: Counter; duration: Histogram }>();
   private readonly requestDurations = new HistogramFamily("crm_http_request_duration_seconds", "Time from receiving an HTTP request to answering it, by method and route pattern.");
-  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response).");
+  private readonly attempts = new CounterFamily("crm_webhook_delivery_attempts_total", "Webhook delivery attempts, by result (succeeded: 2xx read to the end; failed: another status; error: no complete response); one not sent for want of a file descriptor here is none.");
   private readonly attemptDurations = new HistogramFamily("crm_webhook_delivery_attempt_duration_seconds", "Time a webhook receiver took to answer one delivery attempt.");
   private readonly deliveries = new CounterFamily(
     "crm_webhook_deliveries_total",
@@ -177,7 +177,7 @@ export class Metrics {
     this.requestDurations.observeIn(series.duration, seconds);
   }
 
-  /** observeDeliveryOutcome counts one finished webhook attempt and, when it ended its delivery, the delivery. */
+  /** observeDeliveryOutcome counts one finished webhook attempt and, when it ended its delivery, the delivery (an attempt not sent for a fault of this machine reaches no listener: DeliveryLoop). */
   observeDeliveryOutcome(outcome: DeliveryOutcome): void {
     const code = outcome.response_status;
     // A 2xx whose body did not arrive within the timeout is an error, as it is for the delivery.

@@ -6,7 +6,7 @@ import { Health, Readiness } from "./model.ts";
 import { clientHints } from "../http/client-address.ts";
 import { CONSOLE_PREFIX, isConsolePath, PUBLIC_PREFIX } from "../http/conventions.ts";
 import { pathOf } from "../http/request-log.ts";
-import { authorizeMetrics, health, mayReadMetrics, metricsText, NotReadyLog, readiness, refuseOnNewerDatabase } from "./service.ts";
+import { authorizeMetrics, health, mayReadMetrics, metricsText, NotReadyLog, readiness, refuseOnNewerDatabase, WriteProbe } from "./service.ts";
 
 const tags = ["Operations"];
 
@@ -29,13 +29,14 @@ export function newerDatabaseGuard(rt: Runtime) {
 /** opsRoutes serves /healthz, /readyz and /metrics for load balancers, systemd checks and Prometheus. */
 export function opsRoutes(rt: Runtime) {
   const notReadyLog = new NotReadyLog(rt.log);
+  const probe = new WriteProbe(rt.db);
   const hints = (request: Request) => clientHints(request, rt.listening()?.requestIP(request)?.address ?? null);
   return new Elysia({ name: "ops" })
     .get("/healthz", () => health(), {
       response: { 200: Health },
       detail: { operationId: "getHealth", summary: "Liveness", description: "200 while the process answers. No authentication.", tags, ...publicOperation },
     })
-    .get("/readyz", ({ request }) => readiness(rt, notReadyLog, mayReadMetrics(rt.config, request, hints(request))), {
+    .get("/readyz", ({ request }) => readiness(rt, notReadyLog, probe, mayReadMetrics(rt.config, request, hints(request))), {
       response: { 200: Readiness, ...problemResponses(503) },
       detail: {
         operationId: "getReadiness",

@@ -77,10 +77,44 @@ async function check(run: () => Promise<Failing | null> | Failing | null): Promi
   }
 }
 
+/**
+ * RECENT_WRITE_MS is how lately a write of the service must have committed a change to stand for
+ * /readyz's own probe write (WriteProbe): a load balancer probes every few seconds, and a storage
+ * that turned read-only since is found by the first write that tries it.
+ */
+const RECENT_WRITE_MS = 2000;
+
+/**
+ * WriteProbe tests, for /readyz, that the database takes a write. On SQLite a write of this process
+ * that committed a change within RECENT_WRITE_MS, none refused since (committedRecently), already
+ * showed it: the probe's write is a commit and a sync to disk, which the probe waits for behind the
+ * group under way, and which alone holds up every request (the thread serving them runs the sync:
+ * seconds on a slow disk). Otherwise it writes (probeWrite), and the probes asked meanwhile share
+ * that write.
+ */
+export class WriteProbe {
+  private underWay: Promise<void> | null = null;
+
+  constructor(private readonly db: Runtime["db"]) {}
+
+  /** test resolves once the database has shown that it takes a write, and rejects with what refused the probe's. */
+  test(): Promise<void> {
+    // PostgreSQL's probe is rolled back, no sync, and a server cut off since the last commit (a
+    // network path dropped) must fail it at once, not pass on that commit's word.
+    if (this.db.dialect === "sqlite" && this.db.committedRecently(RECENT_WRITE_MS)) return Promise.resolve();
+    if (this.underWay) return this.underWay;
+    const probe = probeWrite(this.db);
+    this.underWay = probe;
+    const done = () => void (this.underWay === probe && (this.underWay = null));
+    probe.then(done, done);
+    return probe;
+  }
+}
+
 type ReadinessVerdicts = Record<keyof ReadinessChecks, Failing | null>;
 
 /** readinessChecks runs every readiness check at once; each is null (ok) or says what is wrong. */
-async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
+async function readinessChecks(rt: Runtime, probe: WriteProbe): Promise<ReadinessVerdicts> {
   const [database, migrations, delivery_loop] = await Promise.all([
     check(async () => {
       // Set until a restart, whatever a probe would say: later writes may well succeed.
@@ -89,7 +123,7 @@ async function readinessChecks(rt: Runtime): Promise<ReadinessVerdicts> {
       const full = rt.db.storageFull();
       if (full && performance.now() - full.at < STORAGE_FULL_HOLD_MS) return failingOf(full.error);
       // A write refused for a newer crm's migrations reached a database that answers: the migrations check tells why.
-      await probeWrite(rt.db).catch((error: unknown) => {
+      await probe.test().catch((error: unknown) => {
         if (databaseFailureOf(error) !== "newer") throw error;
       });
       return null;
@@ -153,11 +187,11 @@ export class NotReadyLog {
  * read /metrics (the metrics token, or loopback): /readyz needs no credential and a proxy may pass
  * it on. Once shutting down no check is run: the answer is the same.
  */
-export async function readiness(rt: Runtime, notReadyLog: NotReadyLog, trusted: boolean): Promise<Readiness> {
+export async function readiness(rt: Runtime, notReadyLog: NotReadyLog, probe: WriteProbe, trusted: boolean): Promise<Readiness> {
   if (rt.connections.draining) {
     throw new ProblemError(503, "shutting-down", "Shutting down: this instance answers the requests it gets, closing each connection after its answer, until it stops listening; send new requests to another instance.");
   }
-  const verdicts = await readinessChecks(rt);
+  const verdicts = await readinessChecks(rt, probe);
   const checks = Object.fromEntries(Object.entries(verdicts).map(([name, failing]) => [name, failing?.code ?? "ok"])) as ReadinessChecks;
   const failing = Object.entries(verdicts).filter((entry): entry is [string, Failing] => entry[1] !== null);
   if (failing.length === 0) {

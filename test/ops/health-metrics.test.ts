@@ -3,6 +3,7 @@ import { rmSync } from "node:fs";
 import { createApiToken } from "../../server/auth/service.ts";
 import { DEFAULT_CONFIG, type Config } from "../../server/config.ts";
 import { MIGRATIONS } from "../../server/db/migrations.ts";
+import type { Db } from "../../server/db/sql.ts";
 import { clientAddress, isLoopbackHost, requestIsHttps, type ClientHints } from "../../server/http/client-address.ts";
 import { parseTokenRate } from "../../server/limits/rate-limiter.ts";
 import { authorizeMetrics, DatabaseGauges, metricsText, NotReadyLog } from "../../server/ops/service.ts";
@@ -57,6 +58,31 @@ describe("health and readiness: happy paths", () => {
     await call(h.app, "GET", "/readyz");
     expect(await trace()).toEqual(before);
   });
+
+  test("the probe writes only when no write committed lately: a commit of the service stands for it, and probes asked meanwhile share one write", async () => {
+    const write = h.rt.db.write;
+    let writes = 0;
+    h.rt.db.write = <T>(work: (tx: Db) => Promise<T>) => {
+      writes++;
+      return write.call(h.rt.db, work) as Promise<T>;
+    };
+    const probes = async (count: number) => {
+      writes = 0;
+      const answers = await Promise.all(Array.from({ length: count }, () => call(h.app, "GET", "/readyz")));
+      return { statuses: answers.map((res) => res.status), writes };
+    };
+    try {
+      // A write refused leaves the next probe to write itself: the storage may have refused it.
+      await write.call(h.rt.db, async () => Promise.reject(new Error("refused"))).catch(() => {});
+      expect(await probes(3)).toEqual({ statuses: [200, 200, 200], writes: 1 });
+      // The probe's own commit, like any write's, stands for the probes that follow it closely.
+      expect(await probes(1)).toEqual({ statuses: [200], writes: 0 });
+      expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Probed" } })).status).toBe(201);
+      expect(await probes(2)).toEqual({ statuses: [200, 200], writes: 0 });
+    } finally {
+      h.rt.db.write = write;
+    }
+  });
 });
 
 /** notReady is the whole 503 body of a /readyz whose checks fail, as anyone gets it: each failing check by its code. */
@@ -76,9 +102,11 @@ async function readyz(h: Harness) {
 describe("readiness: not ready answers 503 problem+json naming the failing check by a code; its reasons only to a request that may read /metrics", () => {
   test("a database that cannot be written", async () => {
     const h = await createHarness({ metricsToken: METRICS_TOKEN });
-    // The writer connection refuses every change, as a read-only file would.
+    // The writer connection refuses every change, as a read-only file would. The harness's token
+    // committed just now, which stands for the probe's write until a write is refused (WriteProbe).
     h.db.sqlite.run("PRAGMA query_only = ON");
     try {
+      expect((await h.json("POST", "/public/v1/contacts", { body: { first_name: "Refused" } })).status).toBe(503);
       const [res, trusted] = await readyz(h);
       expectProblem(res, 503, "not-ready");
       expect(res.body).toEqual(notReady({ database: "storage-read-only", migrations: "ok", delivery_loop: "not-running" }));

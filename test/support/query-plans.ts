@@ -41,6 +41,7 @@ export function capturing(db: Database): { db: Database; captured: Captured[] } 
     readsAside: () => db.readsAside(),
     useReadLane: (capacity, log) => db.useReadLane(capacity, log),
     writesWaiting: () => db.writesWaiting(),
+    committedRecently: (withinMs) => db.committedRecently(withinMs),
     onCommit: (callback) => db.onCommit(callback),
     outsideWritesGeneration: () => db.outsideWritesGeneration(),
     listen: (channel, onNotify, onRefused) => db.listen(channel, onNotify, onRefused),
