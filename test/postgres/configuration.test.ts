@@ -345,9 +345,10 @@ describe("postgres configuration: the role", () => {
   });
 
   test("a command that applies migrations before its work names them on stderr in one line, as migrate names them on stdout", async () => {
-    await withRoleDatabase("applied", async ({ url, admin: there }) => {
-      expect(crm(url, ["migrate"]).exitCode).toBe(0);
-      await there`DELETE FROM schema_migrations WHERE version = (SELECT max(version) FROM schema_migrations)`;
+    await withRoleDatabase("applied", async ({ url }) => {
+      // Every migration but the last, as the version before this one left the database.
+      const older = await openPostgres(url, 1);
+      await migratePostgres(older, POSTGRES_MIGRATIONS.slice(0, -1)).finally(() => older.close());
       expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: `crm: applied ${POSTGRES_MIGRATIONS.at(-1)!.name}\n` });
       expect(crm(url, ["token", "list"])).toEqual({ exitCode: 0, stdout: "", stderr: "" });
     });
