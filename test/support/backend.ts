@@ -4,7 +4,7 @@ import { join } from "node:path";
 import type { Config } from "../../server/config.ts";
 import { migratePostgres } from "../../server/db/postgres-migrations.ts";
 import { openPostgres } from "../../server/db/postgres.ts";
-import { createTestDatabase } from "./postgres.ts";
+import { createTestDatabase, inBackground, type TestDatabase } from "./postgres.ts";
 
 /**
  * TEST_BACKEND is the database the test apps run on: SQLite unless CRM_TEST_BACKEND=postgres.
@@ -13,6 +13,7 @@ import { createTestDatabase } from "./postgres.ts";
 export const TEST_BACKEND: "sqlite" | "postgres" = process.env.CRM_TEST_BACKEND === "postgres" ? "postgres" : "sqlite";
 
 let migrated: Promise<string> | null = null;
+let nextCopy: Promise<TestDatabase> | null = null;
 
 /**
  * migratedTemplate creates one migrated database per test run that every test app's database is
@@ -29,6 +30,22 @@ async function migratedTemplate(): Promise<string> {
   return template.name;
 }
 
+/**
+ * templateCopy returns a fresh copy of the migrated template and starts making the next one: a
+ * copy (its files copied between two checkpoints) is then made while the test before runs, most
+ * of which waits, instead of before each test.
+ */
+function templateCopy(): Promise<TestDatabase> {
+  migrated ??= migratedTemplate();
+  const template = migrated;
+  const makeCopy = () => template.then((name) => createTestDatabase(name));
+  const copy = nextCopy ?? makeCopy();
+  nextCopy = copy.then(makeCopy, makeCopy);
+  // Settled before the server stops; its failure is the next test's, which takes it.
+  inBackground(nextCopy.catch(() => {}));
+  return copy;
+}
+
 /** TestBackend is the configuration that points one test app at its database, and how to remove it. */
 export interface TestBackend {
   config: Pick<Config, "databaseUrl" | "secretsKeyFile">;
@@ -42,10 +59,10 @@ export interface TestBackend {
  */
 export async function testBackend(dataDir: string): Promise<TestBackend> {
   if (TEST_BACKEND === "sqlite") return { config: { databaseUrl: "", secretsKeyFile: "" }, drop: async () => {} };
-  migrated ??= migratedTemplate();
-  const database = await createTestDatabase(await migrated);
+  const database = await templateCopy();
   const secretsKeyFile = writeSecretsKeyFile(join(dataDir, "secrets.key"));
-  return { config: { databaseUrl: database.url, secretsKeyFile }, drop: () => database.drop() };
+  // Nothing connects to a dropped test database again: the next test need not wait for the drop.
+  return { config: { databaseUrl: database.url, secretsKeyFile }, drop: async () => inBackground(database.drop()) };
 }
 
 /**

@@ -35,6 +35,8 @@ const PORT_ATTEMPTS = 3;
 let server: Promise<RunningServer> | null = null;
 let databaseCount = 0;
 let durable = false;
+const backgroundWork = new Set<Promise<void>>();
+let backgroundFailure: unknown = null;
 
 /**
  * keepDurability has the shared server, started after this call, keep PostgreSQL's default
@@ -63,13 +65,28 @@ export async function createTestDatabase(template?: string): Promise<TestDatabas
   };
 }
 
-/** stopPostgresServer shuts the shared test server down (fast shutdown) and removes its files. */
+/**
+ * inBackground lets `work` on the shared test server (dropping a test's database, making the next
+ * one) go on while the tests do; stopPostgresServer waits for it first and throws its failure.
+ */
+export function inBackground(work: Promise<unknown>): void {
+  const settled = work.then(
+    () => {},
+    (error) => void (backgroundFailure ??= error),
+  );
+  backgroundWork.add(settled);
+  void settled.then(() => backgroundWork.delete(settled));
+}
+
+/** stopPostgresServer waits for the work left in the background, shuts the shared test server down (fast shutdown) and removes its files. */
 export async function stopPostgresServer(): Promise<void> {
+  while (backgroundWork.size > 0) await Promise.all(backgroundWork);
   if (!server) return;
   const starting = server;
   server = null;
   const running = await starting.catch(() => null);
   if (running) await shutDown(running);
+  if (backgroundFailure) throw new Error(`work left to the PostgreSQL test server in the background failed: ${backgroundFailure}`);
 }
 
 async function startServer(): Promise<RunningServer> {

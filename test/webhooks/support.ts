@@ -3,7 +3,7 @@ import type { Server } from "bun";
 import type { Config } from "../../server/config.ts";
 import type { Db } from "../../server/db/sql.ts";
 import { newId } from "../../server/shared/ids.ts";
-import { insertDelivery, insertEvent, insertSubscription, updateDeliveryAfterAttempt, type DeliveryRow } from "../../server/webhooks/store.ts";
+import { insertDeliveries, insertDelivery, insertEvent, insertEvents, insertSubscription, updateDeliveryAfterAttempt, type DeliveryRow } from "../../server/webhooks/store.ts";
 import { createHarness, type Harness, type HarnessOptions } from "../support/harness.ts";
 import { PayloadCheck } from "../support/webhook-payloads.ts";
 
@@ -218,11 +218,18 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
 
 /** addStoredDeliveries stores `count` contact.created deliveries of a subscription created at `createdAt`, each with its event, and gives them a status as an attempt would. */
 export async function addStoredDeliveries(db: Db, subscriptionId: string, createdAt: number, status: DeliveryRow["status"], count = 1, eventType = "contact.created"): Promise<void> {
+  if (status === "pending") {
+    // A backlog of thousands in multi-row INSERTs: one round trip a row took seconds on PostgreSQL.
+    const events = Array.from({ length: count }, () => ({ id: newId("evt"), type: eventType, payload: "{}", request_id: null, token_id: null, created_at: createdAt }));
+    await insertEvents(db, events);
+    await insertDeliveries(db, events.map((event) => ({ id: newId("dlv"), event_id: event.id, event_type: eventType, subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt })));
+    return;
+  }
   for (let i = 0; i < count; i++) {
     const eventId = newId("evt");
     await insertEvent(db, { id: eventId, type: eventType, payload: "{}", request_id: null, token_id: null, made_by: null, created_at: createdAt });
     const id = newId("dlv");
     await insertDelivery(db, { id, event_id: eventId, event_type: eventType, subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt });
-    if (status !== "pending") await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, recovered_at: null, updated_at: createdAt });
+    await updateDeliveryAfterAttempt(db, { id, status, attempts: 1, next_attempt_at: null, last_response_status: status === "failed" ? 500 : 200, last_error: null, recovered_at: null, updated_at: createdAt });
   }
 }
