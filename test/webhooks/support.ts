@@ -220,7 +220,7 @@ export async function addStoredSubscription(db: Db, createdAt: number): Promise<
 export async function addStoredDeliveries(db: Db, subscriptionId: string, createdAt: number, status: DeliveryRow["status"], count = 1, eventType = "contact.created"): Promise<void> {
   if (status === "pending") {
     // A backlog of thousands in multi-row INSERTs: one round trip a row took seconds on PostgreSQL.
-    const events = Array.from({ length: count }, () => ({ id: newId("evt"), type: eventType, payload: "{}", request_id: null, token_id: null, created_at: createdAt }));
+    const events = Array.from({ length: count }, () => ({ id: newId("evt"), type: eventType, payload: "{}", request_id: null, token_id: null, made_by: null, created_at: createdAt }));
     await insertEvents(db, events);
     await insertDeliveries(db, events.map((event) => ({ id: newId("dlv"), event_id: event.id, event_type: eventType, subscription_id: subscriptionId, target_url: "https://receiver.example.com/hooks", next_attempt_at: createdAt, created_at: createdAt })));
     return;
