@@ -9,7 +9,7 @@ import { bidiBalanced } from "./parts.tsx";
  * start, the delivery loop, or "unknown" for one made before the service recorded it (migrations
  * 0047, 0052).
  */
-export function MadeByText({ madeBy, names }: { madeBy: ChangeMaker | null; names: MakerNames }) {
+function MadeByText({ madeBy, names }: { madeBy: ChangeMaker | null; names: MakerNames }) {
   if (madeBy === null) return <span class="muted">{MADE_BY_WORDS.unknown}</span>;
   if (madeBy.kind === "command_line") return <span class="muted">{commandLineText(madeBy)}</span>;
   if (madeBy.kind === "delivery_loop") return <span class="muted">{MADE_BY_WORDS.deliveryLoop}</span>;
